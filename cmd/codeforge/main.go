@@ -1,0 +1,64 @@
+// Command codeforge is the one CodeForge binary: `serve` runs the MCP
+// server, `proxy` the credential-substituting egress proxy, `dockerfilter`
+// the Docker socket filter.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/codeforge/codeforge/settings"
+)
+
+const usage = `usage: codeforge <command> [flags]
+
+commands:
+  serve         run the MCP server (Streamable HTTP on /mcp)
+  proxy         run the egress proxy (credential substitution)
+  dockerfilter  run the Docker socket filter
+
+Each command reads .env from the working directory (or $CODEFORGE_ENV_FILE)
+without overriding variables already set; "codeforge <command> -h" lists its flags.
+`
+
+// command is what every subcommand implements.
+type command func(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "codeforge:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	envFile := ".env"
+	if v, ok := os.LookupEnv("CODEFORGE_ENV_FILE"); ok {
+		envFile = v
+	}
+	if err := settings.LoadDotenv(envFile); err != nil {
+		return err
+	}
+	cmd, ok := commands()[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "codeforge: unknown command %q\n\n%s", args[0], usage)
+		return errUsage
+	}
+	return cmd(ctx, args[1:], os.LookupEnv, stderr)
+}

@@ -1,0 +1,65 @@
+// Package sandbox defines how CodeForge runs untrusted TypeScript: the
+// Runner interface, its request and result types, and the limits every
+// backend enforces. Backends live in sub-packages (local, docker).
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// Runner runs one piece of code in a fresh, isolated Deno process.
+// Implementations must be safe for concurrent use.
+type Runner interface {
+	// Run executes req.Code and returns what it printed. An error is
+	// returned only when the run could not be attempted or the backend
+	// failed (e.g. the sandbox container is gone); a program that exits
+	// non-zero, times out or runs out of memory is a Result, not an error.
+	Run(ctx context.Context, req Request) (*Result, error)
+	// Env describes the filesystem and network the code sees, for the
+	// instructions text.
+	Env() Environment
+	// Ready reports whether the backend can take runs now; a nil error means
+	// ready. The error text says what is still missing ("starting: …").
+	Ready(ctx context.Context) error
+	Close() error
+}
+
+// Environment describes what a run sees, in the paths the code must use.
+type Environment struct {
+	Backend   string // "local" or "docker"
+	ScratchDir string // where the code may write temporary files (per run)
+	SkillsDir  string // where skills are read and saved
+	TypesDir   string // where types.d.ts files are readable, "" if none
+}
+
+// Request is one run.
+type Request struct {
+	Code    string
+	Timeout time.Duration
+	// Network: nil AllowHosts and !AllowAllHosts means no network at all.
+	AllowHosts    []string // exact host names Deno may reach (--allow-net)
+	AllowAllHosts bool     // YOLO mode: any host (still via the proxy)
+	// ProxyURL is the run's own proxy identity, e.g.
+	// http://run-abc:secret@127.0.0.1:3128 . Empty when the run has no network.
+	ProxyURL string
+	// ReadPaths are extra read-only files the code may read (types.d.ts).
+	ReadPaths []string
+	// MaxOutput caps stdout and stderr each, in bytes.
+	MaxOutput int
+	// OnStdoutLine, if set, is called for each complete stdout line as it
+	// arrives (for logging notifications). Must not block for long.
+	OnStdoutLine func(line string)
+}
+
+// Result is what a run produced.
+type Result struct {
+	Stdout        string
+	Stderr        string
+	ExitCode      int
+	TimedOut      bool
+	OutOfMemory   bool
+	Truncated     bool  // stdout or stderr hit MaxOutput
+	DroppedBytes  int64 // bytes not kept because of MaxOutput
+	Duration      time.Duration
+}
