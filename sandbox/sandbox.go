@@ -27,7 +27,7 @@ type Runner interface {
 
 // Environment describes what a run sees, in the paths the code must use.
 type Environment struct {
-	Backend   string // "local" or "docker"
+	Backend    string // "local" or "docker"
 	ScratchDir string // where the code may write temporary files (per run)
 	SkillsDir  string // where skills are read and saved
 	TypesDir   string // where types.d.ts files are readable, "" if none
@@ -54,12 +54,12 @@ type Request struct {
 
 // Result is what a run produced.
 type Result struct {
-	Stdout        string
-	Stderr        string
-	ExitCode      int
-	TimedOut      bool
-	OutOfMemory   bool
-	Truncated     bool  // stdout or stderr hit MaxOutput
-	DroppedBytes  int64 // bytes not kept because of MaxOutput
-	Duration      time.Duration
+	Stdout       string
+	Stderr       string
+	ExitCode     int
+	TimedOut     bool
+	OutOfMemory  bool
+	Truncated    bool  // stdout or stderr hit MaxOutput
+	DroppedBytes int64 // bytes not kept because of MaxOutput
+	Duration     time.Duration
 }
