@@ -1,0 +1,636 @@
+package apis
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Config is the on-disk form of apis/<name>/config.json. It is decoded
+// strictly: unknown or misspelt fields, duplicate keys, null values, wrong
+// types and trailing data are errors that name the file and the field.
+//
+// Example:
+//
+//	{
+//	  "description": "Stripe payments API",
+//	  "domains": ["api.stripe.com", "files.stripe.com"],
+//	  "credentials": {"STRIPE_AUTH_TOKEN": "${STRIPE_SECRET_KEY}"},
+//	  "reference": "https://docs.stripe.com/api",
+//	  "restricted_methods": ["DELETE"],
+//	  "active": true
+//	}
+type Config struct {
+	// Description says in a sentence what the API is for; list_apis shows
+	// it to the agent. Optional.
+	Description string `json:"description"`
+
+	// Domains are the exact host names the API is served from. Required,
+	// at least one. Each is a bare host name: no scheme, port, path,
+	// wildcard or IP literal. Upper case is folded to lower case and a
+	// trailing dot is dropped. A host belongs to at most one API (active or
+	// not), so every secret has one unambiguous owner. Credentials are only
+	// ever sent to these hosts; without YOLO mode they are also the only
+	// hosts the sandbox may reach when the API is selected.
+	Domains []string `json:"domains"`
+
+	// Credentials maps a token name to its secret value. Sandbox code
+	// writes the token name (e.g. "Bearer STRIPE_AUTH_TOKEN"); the proxy
+	// puts the value in its place on the way to this API's hosts and puts
+	// the name back in responses. Optional.
+	//
+	// Token names match ^[A-Z][A-Z0-9_]{3,127}$, are unique across all
+	// APIs, and no token name may be part of another (STRIPE_KEY and
+	// STRIPE_KEY_2 clash), or substitution would be ambiguous.
+	//
+	// A value of exactly the form "${NAME}" is read from the environment
+	// variable NAME (which may come from .env), so no secret needs to sit
+	// in the file; a missing or empty variable is an error. Values must be
+	// at least 4 characters, must not contain any token name, control
+	// characters or leading/trailing white space, and must not contain
+	// "${" other than as a whole-value reference.
+	Credentials map[string]string `json:"credentials"`
+
+	// Reference is an absolute http(s) URL of the API's documentation,
+	// shown by list_apis. Optional.
+	Reference string `json:"reference"`
+
+	// RestrictedMethods are HTTP methods the proxy refuses on this API's
+	// hosts with a permanent 403 (e.g. ["DELETE", "PUT"]). Standard methods
+	// only (GET, HEAD, POST, PUT, PATCH, DELETE, CONNECT, OPTIONS, TRACE),
+	// any case, stored upper case. Optional.
+	RestrictedMethods []string `json:"restricted_methods"`
+
+	// Active turns the API off when false: it is then hidden from
+	// list_apis, execute_code and the proxy, but still validated, so
+	// switching it back on can never break startup. Default true.
+	Active *bool `json:"active"`
+}
+
+// maxConfigSize caps config.json; real ones are a few hundred bytes.
+const maxConfigSize = 1 << 20
+
+// maxJSONDepth bounds nesting while skipping values of unknown fields.
+const maxJSONDepth = 64
+
+var (
+	apiNameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	tokenNameRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]{3,127}$`)
+	envRefRE    = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
+)
+
+// fieldKind is the JSON shape a config field must have.
+type fieldKind int
+
+const (
+	kindString fieldKind = iota
+	kindStringList
+	kindStringMap
+	kindBool
+)
+
+func (k fieldKind) String() string {
+	switch k {
+	case kindString:
+		return "a string"
+	case kindStringList:
+		return "an array of strings"
+	case kindStringMap:
+		return "an object whose values are strings"
+	default:
+		return "true or false"
+	}
+}
+
+// configFields is the fixed schema of config.json, in documentation order.
+var configFields = []struct {
+	name string
+	kind fieldKind
+}{
+	{"description", kindString},
+	{"domains", kindStringList},
+	{"credentials", kindStringMap},
+	{"reference", kindString},
+	{"restricted_methods", kindStringList},
+	{"active", kindBool},
+}
+
+// standardMethods are the methods restricted_methods accepts (RFC 9110, RFC 5789).
+var standardMethods = []string{"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
+
+// fileErrors collects the problems of one config file; every message is
+// prefixed with the file's path.
+type fileErrors struct {
+	file string
+	errs []error
+}
+
+func (f *fileErrors) add(format string, args ...any) {
+	f.errs = append(f.errs, fmt.Errorf("%s: "+format, append([]any{f.file}, args...)...))
+}
+
+func (f *fileErrors) err() error { return errors.Join(f.errs...) }
+
+// decodeConfig checks the document's shape token by token (so every error
+// can name its field and line) and then decodes it strictly.
+func decodeConfig(file string, data []byte) (*Config, error) {
+	fe := &fileErrors{file: file}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 BOM some editors add
+	if !utf8.Valid(data) {
+		// encoding/json would silently turn bad bytes into U+FFFD,
+		// altering a secret without a word.
+		return nil, fmt.Errorf("%s: not valid UTF-8; save the file as UTF-8", file)
+	}
+	if err := checkShape(fe, data); err != nil {
+		// A syntax error ends the walk; report it alone with what came before.
+		fe.errs = append(fe.errs, err)
+		return nil, fe.err()
+	}
+	if len(fe.errs) > 0 {
+		return nil, fe.err()
+	}
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		// checkShape admits only what Config accepts; this is a backstop.
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%s: trailing data after the JSON object", file)
+	}
+	return &c, nil
+}
+
+// checkShape walks the JSON tokens of a config file. It records field
+// problems in fe and returns a non-nil error only for a syntax error, after
+// which the walk cannot go on.
+func checkShape(fe *fileErrors, data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	// next is the position of the token the decoder reads next.
+	next := func() string { return position(data, nextTokenOffset(data, dec.InputOffset())+1) }
+	syntax := func(err error) error {
+		switch {
+		case err == io.EOF && len(bytes.TrimSpace(data)) == 0:
+			return fmt.Errorf("%s: file is empty; want a JSON object such as {\"domains\": [\"api.example.com\"]}", fe.file)
+		case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("%s: invalid JSON: unexpected end of file (unclosed object, array or string?)", fe.file)
+		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			// Unmarshal scans the whole input first and so reports the
+			// exact offset (the Decoder's can lag behind).
+			var full *json.SyntaxError
+			if errors.As(json.Unmarshal(data, new(any)), &full) {
+				se = full
+			}
+			return fmt.Errorf("%s: invalid JSON at %s: %v", fe.file, position(data, se.Offset), se)
+		}
+		return fmt.Errorf("%s: invalid JSON at %s: %v", fe.file, next(), err)
+	}
+
+	tok, err := dec.Token()
+	if err != nil {
+		return syntax(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return fmt.Errorf("%s: want a JSON object at the top level, got %s", fe.file, describe(tok))
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		where := next()
+		tok, err := dec.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		key := tok.(string) // Token guarantees object keys are strings.
+		if prev, dup := seen[key]; dup {
+			fe.add("%s: duplicate key at %s (first at %s); keep one", key, where, prev)
+		}
+		seen[key] = where
+		kind, known := fieldKindOf(key)
+		if !known {
+			fe.add("unknown field %q at %s%s; known fields: %s", key, where, didYouMean(key), knownFields())
+		}
+		valuePos := next()
+		tok, err = dec.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		if !known {
+			if err := skipValue(dec, tok); err != nil {
+				return syntax(err)
+			}
+			continue
+		}
+		if err := checkField(fe, dec, key, kind, tok, valuePos, next); err != nil {
+			return syntax(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return syntax(err)
+	}
+	trailing := next()
+	if tok, err := dec.Token(); err != io.EOF {
+		if err != nil {
+			return syntax(err)
+		}
+		return fmt.Errorf("%s: trailing data after the JSON object at %s (%s); a config file holds exactly one object", fe.file, trailing, describe(tok))
+	}
+	return nil
+}
+
+// checkField checks one known field's value, whose first token is tok,
+// found at pos; next gives the position of the decoder's next token.
+func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, tok json.Token, pos string, next func() string) error {
+	mismatch := func(field, want string, tok json.Token, pos string) {
+		if tok == nil {
+			fe.add("%s: null at %s; want %s (leave the field out to use its default)", field, pos, want)
+			return
+		}
+		fe.add("%s: want %s, got %s at %s", field, want, describe(tok), pos)
+	}
+	switch kind {
+	case kindString:
+		if _, ok := tok.(string); !ok {
+			mismatch(key, kind.String(), tok, pos)
+			return skipValue(dec, tok)
+		}
+	case kindBool:
+		if _, ok := tok.(bool); !ok {
+			mismatch(key, kind.String(), tok, pos)
+			return skipValue(dec, tok)
+		}
+	case kindStringList:
+		if d, ok := tok.(json.Delim); !ok || d != '[' {
+			mismatch(key, kind.String(), tok, pos)
+			return skipValue(dec, tok)
+		}
+		for i := 0; dec.More(); i++ {
+			elPos := next()
+			el, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			if _, ok := el.(string); !ok {
+				mismatch(fmt.Sprintf("%s[%d]", key, i), "a string", el, elPos)
+				if err := skipValue(dec, el); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := dec.Token() // ']'
+		return err
+	case kindStringMap:
+		if d, ok := tok.(json.Delim); !ok || d != '{' {
+			mismatch(key, kind.String(), tok, pos)
+			return skipValue(dec, tok)
+		}
+		seen := map[string]string{}
+		for dec.More() {
+			keyPos := next()
+			k, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			name := k.(string)
+			field := key + "." + name
+			if prev, dup := seen[name]; dup {
+				fe.add("%s: duplicate key at %s (first at %s); each token name may appear once", field, keyPos, prev)
+			}
+			seen[name] = keyPos
+			vPos := next()
+			v, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			if _, ok := v.(string); !ok {
+				mismatch(field, "a string", v, vPos)
+				if err := skipValue(dec, v); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := dec.Token() // '}'
+		return err
+	}
+	return nil
+}
+
+// skipValue consumes the rest of a value whose first token is tok.
+func skipValue(dec *json.Decoder, tok json.Token) error {
+	d, ok := tok.(json.Delim)
+	if !ok || d == ']' || d == '}' {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		if depth > maxJSONDepth {
+			return fmt.Errorf("nesting deeper than %d levels", maxJSONDepth)
+		}
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if d, ok := t.(json.Delim); ok {
+			if d == '[' || d == '{' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+	}
+	return nil
+}
+
+func fieldKindOf(name string) (fieldKind, bool) {
+	for _, f := range configFields {
+		if f.name == name {
+			return f.kind, true
+		}
+	}
+	return 0, false
+}
+
+func knownFields() string {
+	names := make([]string, len(configFields))
+	for i, f := range configFields {
+		names[i] = f.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// didYouMean suggests the known field a misspelt key probably meant.
+func didYouMean(key string) string {
+	norm := func(s string) string {
+		return strings.NewReplacer("_", "", "-", "", " ", "").Replace(strings.ToLower(s))
+	}
+	for _, f := range configFields {
+		if n, k := norm(f.name), norm(key); n == k || n == k+"s" || n+"s" == k {
+			return fmt.Sprintf(" (did you mean %q?)", f.name)
+		}
+	}
+	return ""
+}
+
+// describe names a JSON token's kind for an error message.
+func describe(tok json.Token) string {
+	switch v := tok.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number, float64:
+		return "a number"
+	case string:
+		return "a string"
+	case json.Delim:
+		if v == '[' {
+			return "an array"
+		}
+		return "an object"
+	}
+	return fmt.Sprintf("%T", tok)
+}
+
+// nextTokenOffset skips white space and the ',' or ':' separators the
+// Decoder leaves unread after a token.
+func nextTokenOffset(data []byte, off int64) int64 {
+	for off < int64(len(data)) && strings.IndexByte(" \t\r\n,:", data[off]) >= 0 {
+		off++
+	}
+	return off
+}
+
+// position turns a byte count into "line L, column C" of the last byte
+// counted (1-based), so position(data, off+1) is where data[off] is.
+func position(data []byte, off int64) string {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := len(before) - bytes.LastIndexByte(before, '\n') - 1
+	return fmt.Sprintf("line %d, column %d", line, col)
+}
+
+// validate checks a decoded config and turns it into an API (without the
+// cross-API checks, which Load does once every file is read).
+func validate(fe *fileErrors, name string, c *Config, getenv func(string) (string, bool)) *API {
+	api := &API{
+		Name:        name,
+		Description: strings.TrimSpace(c.Description),
+		Credentials: map[string]string{},
+		Reference:   c.Reference,
+		Active:      c.Active == nil || *c.Active,
+	}
+
+	if len(c.Domains) == 0 {
+		fe.add(`domains: required; list at least one host name, e.g. "domains": ["api.example.com"]`)
+	}
+	firstSeen := map[string]int{}
+	for i, raw := range c.Domains {
+		host, problem := normalizeHost(raw)
+		if problem != "" {
+			fe.add("domains[%d] %q: %s", i, raw, problem)
+			continue
+		}
+		if j, dup := firstSeen[host]; dup {
+			fe.add("domains[%d] %q: duplicate of domains[%d]; list each host once", i, raw, j)
+			continue
+		}
+		firstSeen[host] = i
+		api.Domains = append(api.Domains, host)
+	}
+
+	for _, token := range sortedKeys(c.Credentials) {
+		field := "credentials." + token
+		if !tokenNameRE.MatchString(token) {
+			fe.add("credentials: token name %q: want an upper-case letter followed by 3 to 127 upper-case letters, digits or '_' (%s), e.g. %q",
+				token, tokenNameRE, suggestToken(token))
+			continue
+		}
+		// On failure the name is kept (with no value) so the cross-API
+		// checks still see it; Load returns no Set when anything failed.
+		value, _ := resolveValue(fe, field, c.Credentials[token], getenv)
+		api.Credentials[token] = value
+	}
+
+	if c.Reference != "" {
+		u, err := url.Parse(c.Reference)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fe.add("reference %q: want an absolute http(s) URL such as \"https://docs.example.com/api\", or leave the field out", c.Reference)
+		}
+	}
+
+	methodSeen := map[string]int{}
+	for i, raw := range c.RestrictedMethods {
+		m := strings.ToUpper(strings.TrimSpace(raw))
+		if !slices.Contains(standardMethods, m) {
+			fe.add("restricted_methods[%d] %q: unknown HTTP method; want one of %s", i, raw, strings.Join(standardMethods, ", "))
+			continue
+		}
+		if j, dup := methodSeen[m]; dup {
+			fe.add("restricted_methods[%d] %q: duplicate of restricted_methods[%d]; list each method once", i, raw, j)
+			continue
+		}
+		methodSeen[m] = i
+		api.RestrictedMethods = append(api.RestrictedMethods, m)
+	}
+	slices.Sort(api.RestrictedMethods)
+	return api
+}
+
+// resolveValue checks one credential value, reading a "${NAME}" reference
+// from the environment. Messages never include the value itself.
+func resolveValue(fe *fileErrors, field, raw string, getenv func(string) (string, bool)) (string, bool) {
+	source := "value"
+	value := raw
+	if m := envRefRE.FindStringSubmatch(raw); m != nil {
+		v, ok := getenv(m[1])
+		if !ok {
+			fe.add("%s: environment variable %s is not set (the value is %q); set it in the environment or in .env", field, m[1], raw)
+			return "", false
+		}
+		if v == "" {
+			fe.add("%s: environment variable %s is empty (the value is %q); give it the secret", field, m[1], raw)
+			return "", false
+		}
+		source = "value of $" + m[1]
+		value = v
+	} else if strings.Contains(raw, "${") {
+		fe.add("%s: the value contains \"${\" but is not exactly \"${NAME}\"; only a whole-value environment reference such as \"${STRIPE_SECRET_KEY}\" is supported", field)
+		return "", false
+	}
+	switch {
+	case value == "":
+		fe.add(`%s: empty value; give the secret, or "${ENV_VAR}" to read it from the environment`, field)
+		return "", false
+	case len(value) < 4:
+		fe.add("%s: %s is %d characters; want at least 4 (shorter values would be swapped back into responses too eagerly)", field, source, len(value))
+		return "", false
+	case strings.TrimSpace(value) != value:
+		fe.add("%s: %s has leading or trailing white space; remove it", field, source)
+		return "", false
+	case strings.IndexFunc(value, unicode.IsControl) >= 0:
+		fe.add("%s: %s contains a control character (such as a newline); a secret sent in HTTP must not", field, source)
+		return "", false
+	}
+	return value, true
+}
+
+// suggestToken turns a bad token name into a plausible valid one.
+func suggestToken(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToUpper(s) {
+		switch {
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_':
+			b.WriteRune(r)
+		case r == '-' || r == '.' || r == ' ':
+			b.WriteByte('_')
+		}
+	}
+	out := strings.TrimLeft(b.String(), "0123456789_")
+	for len(out) < 4 {
+		out += "_KEY"
+	}
+	if len(out) > 128 {
+		out = out[:128]
+	}
+	return out
+}
+
+// hostRule is the rule every domain must follow, quoted in its errors.
+const hostRule = "want a bare host name (no scheme, port, path or wildcard)"
+
+// normalizeHost lower-cases a domain and drops a trailing dot, or says what
+// is wrong with it.
+func normalizeHost(raw string) (host, problem string) {
+	s := raw
+	switch {
+	case s == "":
+		return "", "empty; " + hostRule
+	case strings.Contains(s, "://"):
+		if u, err := url.Parse(s); err == nil && u.Hostname() != "" {
+			return "", fmt.Sprintf("%s: remove the scheme, e.g. %q", hostRule, u.Hostname())
+		}
+		return "", hostRule + ": remove the scheme"
+	case strings.Contains(s, "*"):
+		return "", hostRule + ": wildcards are not supported; list every host explicitly"
+	case strings.ContainsAny(s, "/?#"):
+		return "", fmt.Sprintf("%s: remove the path, e.g. %q", hostRule, s[:strings.IndexAny(s, "/?#")])
+	}
+	if isIPLiteral(s) {
+		return "", "IP literals are not allowed; " + hostRule + ", e.g. \"api.example.com\""
+	}
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		return "", fmt.Sprintf("%s: remove the port, e.g. %q", hostRule, s[:i])
+	}
+	s = strings.TrimSuffix(strings.ToLower(s), ".")
+	if s == "" || len(s) > 253 {
+		return "", fmt.Sprintf("a host name has 1 to 253 characters; %s", hostRule)
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" {
+			return "", "empty label (\"..\" or a leading dot); " + hostRule
+		}
+		if len(l) > 63 {
+			return "", fmt.Sprintf("label %q is %d characters; each dot-separated label has at most 63", l, len(l))
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return "", fmt.Sprintf("label %q starts or ends with '-'; host names do not", l)
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				hint := ""
+				if r > unicode.MaxASCII {
+					hint = " (write internationalised names in their xn-- punycode form)"
+				}
+				return "", fmt.Sprintf("invalid character %q; host names use letters, digits, '-' and '.'%s", r, hint)
+			}
+		}
+	}
+	if numericLabel(labels[len(labels)-1]) {
+		return "", "the last label is numeric, which resolvers may read as an IP address; " + hostRule
+	}
+	return s, ""
+}
+
+// isIPLiteral reports whether s is an IPv4 or IPv6 address, bracketed or
+// not, with or without a port or zone.
+func isIPLiteral(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	if _, err := netip.ParseAddrPort(s); err == nil {
+		return true
+	}
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
+		return true
+	}
+	return strings.HasPrefix(s, "[")
+}
+
+// numericLabel reports whether a label is a number (decimal, octal or 0x
+// hex), which the WHATWG URL parser and inet_aton would treat as part of
+// an IPv4 address ("127.1", "0x7f000001").
+func numericLabel(l string) bool {
+	digits := "0123456789"
+	if h, ok := strings.CutPrefix(l, "0x"); ok {
+		l, digits = h, "0123456789abcdef"
+	}
+	for _, r := range l {
+		if !strings.ContainsRune(digits, r) {
+			return false
+		}
+	}
+	return true
+}
