@@ -3,8 +3,9 @@
 // Deno's permission flags (reads and writes only in its scratch and skills
 // directories, network only to the hosts the run allows, no environment,
 // subprocesses, FFI or system information), a minimal explicit
-// environment that carries none of the server's secrets, a V8 heap cap, a
-// timeout that kills its whole process group, and capped output.
+// environment that carries none of the server's secrets, a V8 heap cap and
+// a data-size limit, a timeout that kills its whole process group, and
+// capped output. It runs on Linux.
 package local
 
 import (
@@ -29,6 +30,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
@@ -37,8 +39,9 @@ import (
 
 // Defaults for Options and Request fields left zero.
 const (
-	DefaultMemoryMB  = 512
-	DefaultMaxOutput = 1 << 20
+	DefaultMemoryMB      = 512
+	DefaultExtraMemoryMB = 1024
+	DefaultMaxOutput     = 1 << 20
 )
 
 // ScratchDirDescription is what Env reports as the scratch directory: each
@@ -88,6 +91,12 @@ type Options struct {
 	CACertFile string
 	// MemoryMB caps the V8 heap of each run. Default DefaultMemoryMB.
 	MemoryMB int
+	// ExtraMemoryMB is the memory a run may use beyond its V8 heap:
+	// ArrayBuffers, compiled code and deno itself, which alone reserves
+	// about 550 MB. Each run's data size (RLIMIT_DATA) is capped at
+	// MemoryMB+ExtraMemoryMB, so off-heap allocations fail instead of
+	// exhausting the machine. Default DefaultExtraMemoryMB.
+	ExtraMemoryMB int
 	// DenoDir is Deno's own cache directory (DENO_DIR), shared by runs and
 	// never writable by them. Default: ScratchRoot/deno-dir. Runs never
 	// need the network for it: remote and npm modules are refused.
@@ -105,6 +114,7 @@ type Runner struct {
 	denoDir     string
 	caCert      string
 	memoryMB    int
+	dataLimit   uint64 // RLIMIT_DATA of each run, in bytes
 	log         *slog.Logger
 
 	readyMu sync.Mutex
@@ -129,6 +139,9 @@ func New(opts Options) (*Runner, error) {
 	}
 	if opts.MemoryMB < 0 {
 		return nil, fmt.Errorf("local sandbox: MemoryMB is %d: want a positive number of megabytes, or 0 for the default %d", opts.MemoryMB, DefaultMemoryMB)
+	}
+	if opts.ExtraMemoryMB < 0 {
+		return nil, fmt.Errorf("local sandbox: ExtraMemoryMB is %d: want a positive number of megabytes, or 0 for the default %d", opts.ExtraMemoryMB, DefaultExtraMemoryMB)
 	}
 	caCert := ""
 	if opts.CACertFile != "" {
@@ -164,6 +177,10 @@ func New(opts Options) (*Runner, error) {
 	if memoryMB == 0 {
 		memoryMB = DefaultMemoryMB
 	}
+	extraMB := opts.ExtraMemoryMB
+	if extraMB == 0 {
+		extraMB = DefaultExtraMemoryMB
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -175,6 +192,7 @@ func New(opts Options) (*Runner, error) {
 		denoDir:     denoDir,
 		caCert:      caCert,
 		memoryMB:    memoryMB,
+		dataLimit:   uint64(memoryMB+extraMB) << 20,
 		log:         log.With("component", "sandbox", "backend", "local"),
 	}, nil
 }
@@ -254,7 +272,12 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	})...)
 	cmd.Dir = scratch
 	cmd.Env = runEnv(scratch, r.denoDir, req.ProxyURL, r.caCert)
-	cmd.Stdin = strings.NewReader(req.Code)
+	// The code goes in through a pipe only once the run's memory limit is
+	// set: deno runs nothing before it has read all of its stdin.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
 	stdout := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStdoutLine})
 	stderr := output.NewCollector(output.Options{Limit: maxOutput})
 	tail := output.NewTail(stderrTail)
@@ -283,6 +306,17 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		}
 		return nil, fmt.Errorf("start deno: %w", err)
 	}
+	if err := limitData(cmd.Process.Pid, r.dataLimit); err != nil {
+		_ = killGroup(cmd.Process.Pid)
+		_ = cmd.Wait()
+		r.log.Warn("memory limit failed", "run", id, "err", err)
+		return nil, fmt.Errorf("limit deno's memory: %w", err)
+	}
+	go func() {
+		// An error means deno is gone (Wait closes the pipe); its result says why.
+		_, _ = io.WriteString(stdin, req.Code)
+		_ = stdin.Close()
+	}()
 	waitErr := cmd.Wait()
 	duration := time.Since(start)
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
@@ -436,6 +470,27 @@ func networkMode(req sandbox.Request) string {
 	default:
 		return "none"
 	}
+}
+
+// limitData caps the data size (RLIMIT_DATA: heap, anonymous and other
+// private writable mappings) of process pid at limit bytes, or at its
+// current hard limit if that is lower.
+func limitData(pid int, limit uint64) error {
+	var cur syscall.Rlimit
+	if err := prlimit(pid, syscall.RLIMIT_DATA, nil, &cur); err != nil {
+		return err
+	}
+	limit = min(limit, cur.Max)
+	return prlimit(pid, syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: limit}, nil)
+}
+
+func prlimit(pid, resource int, newLimit, old *syscall.Rlimit) error {
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(resource),
+		uintptr(unsafe.Pointer(newLimit)), uintptr(unsafe.Pointer(old)), 0, 0)
+	if errno != 0 {
+		return fmt.Errorf("prlimit: %w", errno)
+	}
+	return nil
 }
 
 // killGroup sends SIGKILL to the process group led by pid.

@@ -24,6 +24,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,7 +167,7 @@ func TestRunCancelKillsAndSeesMinimalEnv(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	pids := make(chan int, 1)
-	var environ []byte
+	var environ, limits []byte
 	var readErr error
 	const proxyURL = "http://run-1:s3cret@127.0.0.1:9"
 	res, err := r.Run(ctx, sandbox.Request{
@@ -177,6 +178,9 @@ func TestRunCancelKillsAndSeesMinimalEnv(t *testing.T) {
 		OnStdoutLine: func(line string) {
 			pid, _ := strconv.Atoi(line)
 			environ, readErr = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if readErr == nil {
+				limits, readErr = os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+			}
 			pids <- pid
 			cancel()
 		},
@@ -188,6 +192,10 @@ func TestRunCancelKillsAndSeesMinimalEnv(t *testing.T) {
 	assertGone(t, pid)
 	if readErr != nil {
 		t.Fatalf("read the run's environment: %v", readErr)
+	}
+	wantLimit := strconv.Itoa((DefaultMemoryMB + DefaultExtraMemoryMB) << 20)
+	if !regexp.MustCompile(`(?m)^Max data size +` + wantLimit + ` +` + wantLimit + ` +bytes`).Match(limits) {
+		t.Errorf("the run's data size is not limited to %s bytes:\n%s", wantLimit, limits)
 	}
 	got := map[string]string{}
 	for kv := range strings.SplitSeq(strings.TrimRight(string(environ), "\x00"), "\x00") {
@@ -248,6 +256,20 @@ func TestRunOutOfMemory(t *testing.T) {
 	res = run(t, r, sandbox.Request{Code: `console.error("Fatal JavaScript out of memory: Reached heap limit"); Deno.exit(1)`})
 	if res.OutOfMemory || res.ExitCode != 1 {
 		t.Errorf("a fake OOM message: OutOfMemory %v, exit %d; want false, 1", res.OutOfMemory, res.ExitCode)
+	}
+}
+
+func TestRunOffHeapMemoryIsLimited(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, func(o *Options) { o.MemoryMB = 64 })
+	// 3 GB of ArrayBuffers (outside the V8 heap) against a 64+1024 MB limit.
+	res := run(t, r, sandbox.Request{Code: `
+		const keep = [];
+		for (let i = 0; i < 30; i++) keep.push(new Uint8Array(100e6).fill(1));
+		console.log("allocated 3 GB");
+	`})
+	if res.ExitCode == 0 || strings.Contains(res.Stdout, "allocated") || !strings.Contains(res.Stderr, "Array buffer allocation failed") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want an allocation failure", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
 
@@ -775,6 +797,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"missing skills dir", Options{DenoPath: deno, SkillsDir: filepath.Join(dir, "nope")}, "create the directory first"},
 		{"skills dir is a file", Options{DenoPath: deno, SkillsDir: notExec}, "is not a directory"},
 		{"negative memory", Options{DenoPath: deno, SkillsDir: dir, MemoryMB: -1}, "MemoryMB is -1"},
+		{"negative extra memory", Options{DenoPath: deno, SkillsDir: dir, ExtraMemoryMB: -1}, "ExtraMemoryMB is -1"},
 		{"missing CA", Options{DenoPath: deno, SkillsDir: dir, CACertFile: filepath.Join(dir, "nope.pem")}, "CACertFile"},
 		{"CA not PEM", Options{DenoPath: deno, SkillsDir: dir, CACertFile: notPEM}, "holds no PEM CERTIFICATE"},
 		{"relative scratch root", Options{DenoPath: deno, SkillsDir: dir, ScratchRoot: "runs"}, "ScratchRoot \"runs\" must be an absolute path"},
