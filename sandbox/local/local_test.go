@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -971,4 +972,57 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRunGigabyteFloodKeepsMemoryFlat floods 1 GiB of stdout (half of it
+// as one line with no newline) and checks the Go heap never grows by more
+// than a small multiple of the output cap while the run is drained.
+func TestRunGigabyteFloodKeepsMemoryFlat(t *testing.T) {
+	r := newRunner(t, nil)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	var lineBytes atomic.Int64
+	res := run(t, r, sandbox.Request{
+		Timeout: 5 * time.Minute,
+		Code: `
+			const line = new TextEncoder().encode("z".repeat((1 << 20) - 1) + "\n");
+			const noNewline = new TextEncoder().encode("w".repeat(1 << 20));
+			const writeAll = async (b: Uint8Array) => { for (let n = 0; n < b.length;) n += await Deno.stdout.write(b.subarray(n)); };
+			for (let i = 0; i < 512; i++) await writeAll(line);
+			for (let i = 0; i < 512; i++) await writeAll(noNewline);
+		`,
+		OnStdoutLine: func(s string) { lineBytes.Add(int64(len(s))) },
+	})
+	close(done)
+	<-sampled
+	if res.ExitCode != 0 || len(res.Stdout) != DefaultMaxOutput || res.DroppedBytes != 1<<30-DefaultMaxOutput {
+		t.Fatalf("exit %d, kept %d, dropped %d; want 0, %d, %d (stderr %q)", res.ExitCode, len(res.Stdout), res.DroppedBytes, DefaultMaxOutput, 1<<30-DefaultMaxOutput, res.Stderr)
+	}
+	growth := int64(peak.Load()) - int64(before.HeapInuse)
+	t.Logf("Go heap in use grew by at most %.1f MiB during the flood", float64(growth)/(1<<20))
+	if growth > 32<<20 {
+		t.Errorf("the Go heap grew by %d MiB during a 1 GiB flood; want at most 32 MiB", growth>>20)
+	}
+	if lineBytes.Load() > DefaultMaxOutput {
+		t.Errorf("OnStdoutLine got %d bytes, more than the %d kept", lineBytes.Load(), DefaultMaxOutput)
+	}
 }
