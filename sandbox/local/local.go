@@ -284,7 +284,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	cmd.Stdout = stdout
 	cmd.Stderr = io.MultiWriter(stderr, tail)
 	// Its own process group, so a kill reaches everything it started; and
-	// killed with the server if the server dies first.
+	// killed with the server if the server dies first (Pdeathsig follows
+	// the forking OS thread, which Go keeps alive unless a goroutine exits
+	// while locked to it; nothing in the server does that).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
