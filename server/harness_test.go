@@ -1,0 +1,319 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeforge/codeforge/apis"
+	"github.com/codeforge/codeforge/internal/testenv"
+	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/sandbox"
+	"github.com/codeforge/codeforge/sandbox/local"
+	"github.com/codeforge/codeforge/skills"
+)
+
+// testMemoryMB is the heap cap of test runs: small, so the out-of-memory
+// test is quick.
+const testMemoryMB = 128
+
+// countingRunner wraps the real local runner to count runs and the peak
+// number running at once; everything else is the real thing.
+type countingRunner struct {
+	sandbox.Runner
+	runs     atomic.Int64
+	inFlight atomic.Int64
+	peak     atomic.Int64
+}
+
+func (c *countingRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	c.runs.Add(1)
+	n := c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return c.Runner.Run(ctx, req)
+}
+
+// events records what the server sent the test client.
+type events struct {
+	mu          sync.Mutex
+	progress    []*mcp.ProgressNotificationParams
+	listChanged chan struct{}
+	logs        chan *mcp.LoggingMessageParams
+}
+
+func newEvents() *events {
+	return &events{listChanged: make(chan struct{}, 100), logs: make(chan *mcp.LoggingMessageParams, 1000)}
+}
+
+func (e *events) clientOptions() *mcp.ClientOptions {
+	return &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			e.mu.Lock()
+			e.progress = append(e.progress, req.Params)
+			e.mu.Unlock()
+		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			e.logs <- req.Params
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			select {
+			case e.listChanged <- struct{}{}:
+			default:
+			}
+		},
+	}
+}
+
+func (e *events) progressSnapshot() []*mcp.ProgressNotificationParams {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*mcp.ProgressNotificationParams(nil), e.progress...)
+}
+
+// drainListChanged forgets notifications received so far.
+func (e *events) drainListChanged() {
+	for {
+		select {
+		case <-e.listChanged:
+		default:
+			return
+		}
+	}
+}
+
+// waitListChanged waits (generously: a missing notification fails, a slow
+// one does not) for a notifications/resources/list_changed.
+func (e *events) waitListChanged(t *testing.T) {
+	t.Helper()
+	select {
+	case <-e.listChanged:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no notifications/resources/list_changed arrived")
+	}
+}
+
+type harness struct {
+	t         *testing.T
+	srv       *Server
+	hs        *httptest.Server
+	runner    *countingRunner
+	local     *local.Runner
+	skillsDir string
+	events    *events
+	session   *mcp.ClientSession
+	logs      *strings.Builder
+	logMu     *sync.Mutex
+}
+
+type harnessConfig struct {
+	// edit adjusts the server options before New.
+	edit func(*Options)
+	// apisDir holds the API configs (default: an empty set).
+	apisDir string
+	// getenv resolves ${VAR} credentials in the API configs.
+	getenv func(string) (string, bool)
+	// gate is the run network gate (default none: no network).
+	gate func(*apis.Set) proxy.Gate
+	// caCert is the CA file the runner trusts (with gate).
+	caCert string
+}
+
+// newHarness starts a real server (real local Deno runner, real skills
+// store) on an httptest server and connects a go-sdk client over
+// Streamable HTTP.
+func newHarness(t *testing.T, cfg harnessConfig) *harness {
+	t.Helper()
+	deno := testenv.Deno(t)
+	skillsDir := t.TempDir()
+	lr, err := local.New(local.Options{
+		DenoPath:    deno,
+		SkillsDir:   skillsDir,
+		ScratchRoot: t.TempDir(),
+		MemoryMB:    testMemoryMB,
+		CACertFile:  cfg.caCert,
+	})
+	if err != nil {
+		t.Fatalf("local runner: %v", err)
+	}
+	t.Cleanup(func() { lr.Close() })
+	store, err := skills.Open(skillsDir)
+	if err != nil {
+		t.Fatalf("skills store: %v", err)
+	}
+	set := &apis.Set{}
+	if cfg.apisDir != "" {
+		getenv := cfg.getenv
+		if getenv == nil {
+			getenv = func(string) (string, bool) { return "", false }
+		}
+		if set, err = apis.Load(cfg.apisDir, getenv); err != nil {
+			t.Fatalf("load APIs: %v", err)
+		}
+	}
+	logs := &strings.Builder{}
+	logMu := &sync.Mutex{}
+	runner := &countingRunner{Runner: lr}
+	opts := Options{
+		Runner:        runner,
+		APIs:          func() *apis.Set { return set },
+		Skills:        store,
+		MaxConcurrent: 2,
+		MemoryMB:      testMemoryMB,
+		Logger:        slog.New(slog.NewTextHandler(&lockedWriter{mu: logMu, w: logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	if cfg.gate != nil {
+		opts.Gate = cfg.gate(set)
+	}
+	if cfg.edit != nil {
+		cfg.edit(&opts)
+	}
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	h := &harness{t: t, srv: srv, hs: hs, runner: runner, local: lr, skillsDir: lr.Env().SkillsDir, logs: logs, logMu: logMu}
+	h.events = newEvents()
+	h.session = h.connect(h.events.clientOptions())
+	return h
+}
+
+// connect opens another client session.
+func (h *harness) connect(opts *mcp.ClientOptions) *mcp.ClientSession {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "codeforge-test", Version: "1"}, opts)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.hs.URL + "/mcp"}, nil)
+	if err != nil {
+		h.t.Fatalf("connect: %v", err)
+	}
+	h.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func (h *harness) logText() string {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	return h.logs.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// call calls a tool; args may be a map or json.RawMessage. A protocol
+// error fails the test.
+func (h *harness) call(name string, args any) *mcp.CallToolResult {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := h.session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		h.t.Fatalf("call %s: protocol error: %v", name, err)
+	}
+	return res
+}
+
+// run calls execute_code with code (and more arguments, if given).
+func (h *harness) run(code string, more ...any) *mcp.CallToolResult {
+	h.t.Helper()
+	args := map[string]any{"code": code}
+	for i := 0; i+1 < len(more); i += 2 {
+		args[more[i].(string)] = more[i+1]
+	}
+	return h.call("execute_code", args)
+}
+
+// texts returns the result's text blocks.
+func texts(res *mcp.CallToolResult) []string {
+	var out []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			out = append(out, tc.Text)
+		}
+	}
+	return out
+}
+
+func allText(res *mcp.CallToolResult) string { return strings.Join(texts(res), "\n") }
+
+// output decodes execute_code's structuredContent.
+func output(t *testing.T, res *mcp.CallToolResult) executeOutput {
+	t.Helper()
+	if res.StructuredContent == nil {
+		t.Fatalf("no structuredContent in %s", allText(res))
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out executeOutput
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	return out
+}
+
+// snapshot reads every file under dir (names and contents).
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			out[rel+"/"] = ""
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		out[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codeforge/codeforge/apis"
+	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/ca"
+	"github.com/codeforge/codeforge/settings"
+)
+
+// gateConfig tunes the in-process proxy of a gated harness.
+type gateConfig struct {
+	roots    *x509.CertPool
+	resolver func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// newGatedHarness is newHarness with the in-process egress proxy as the
+// gate, as `serve --sandbox local` wires it.
+func newGatedHarness(t *testing.T, cfg harnessConfig) *harness {
+	return newGatedHarnessWith(t, cfg, gateConfig{})
+}
+
+func newGatedHarnessWith(t *testing.T, cfg harnessConfig, gc gateConfig) *harness {
+	t.Helper()
+	authority, err := ca.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := cfg.edit
+	var yolo bool
+	if edit != nil {
+		var probe Options
+		edit(&probe)
+		yolo = probe.Settings.YOLO
+	}
+	cfg.caCert = authority.CertFile()
+	cfg.gate = func(set *apis.Set) proxy.Gate {
+		px, err := proxy.New(proxy.Options{
+			APIs:                  set,
+			CA:                    authority,
+			PublicURL:             "http://" + ln.Addr().String(),
+			Resolver:              gc.resolver,
+			UpstreamRoots:         gc.roots,
+			AllowPrivateUpstreams: true,
+			Settings:              settingsWithYOLO(yolo),
+		})
+		if err != nil {
+			t.Fatalf("proxy.New: %v", err)
+		}
+		go px.Serve(ln)
+		t.Cleanup(func() { px.Close() })
+		return px
+	}
+	return newHarness(t, cfg)
+}
+
+// TestCredentialThroughExecuteCode is the issue's end-to-end check on the
+// local backend: code sends a token NAME to a TLS API through the
+// in-process proxy; the API receives the real value; the code only ever
+// sees the name; the network log records the injection.
+func TestCredentialThroughExecuteCode(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-value-9f8e7d"
+	var (
+		mu       sync.Mutex
+		received []string
+	)
+	const host = "api.test"
+	cert, leaf := selfSignedCert(t, host)
+	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		received = append(received, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"you_sent": %q, "host": %q}`, r.Header.Get("Authorization"), r.Host)
+	}))
+	api.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	api.StartTLS()
+	defer api.Close()
+	_, port, _ := net.SplitHostPort(api.Listener.Addr().String())
+
+	// The API's certificate is trusted through the proxy's UpstreamRoots,
+	// and its name is mapped to loopback by the proxy's resolver: no
+	// traffic leaves the machine.
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	dir := writeAPIs(t, map[string]string{
+		"echo": `{"description": "Echo API", "domains": ["` + host + `"], "credentials": {"ECHO_TOKEN": "${ECHO_SECRET}"}}`,
+	})
+	h := newGatedHarnessWith(t, harnessConfig{
+		apisDir: dir,
+		getenv: func(k string) (string, bool) {
+			if k == "ECHO_SECRET" {
+				return secret, true
+			}
+			return "", false
+		},
+	}, gateConfig{
+		roots: roots,
+		resolver: func(_ context.Context, name string) ([]netip.Addr, error) {
+			if name == host {
+				return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+			}
+			return nil, fmt.Errorf("test resolver: unknown host %q", name)
+		},
+	})
+
+	code := fmt.Sprintf(`const r = await fetch("https://%s:%s/v1/whoami", { headers: { Authorization: "Bearer ECHO_TOKEN" } });
+console.log(r.status, await r.text());`, host, port)
+	res := h.run(code, "apis", []string{"echo"})
+	text := allText(res)
+	if res.IsError {
+		t.Fatalf("run failed: %s", text)
+	}
+	if strings.Contains(text, secret) {
+		t.Fatalf("the secret reached the sandbox's output: %s", text)
+	}
+	if !strings.Contains(text, `"you_sent": "Bearer ECHO_TOKEN"`) || !strings.HasPrefix(text, "200 ") {
+		t.Fatalf("output %q: want the API's echo with the token name", text)
+	}
+	mu.Lock()
+	got := append([]string(nil), received...)
+	mu.Unlock()
+	if len(got) != 1 || got[0] != "Bearer "+secret {
+		t.Fatalf("the API received %q, want the real credential", got)
+	}
+	out := output(t, res)
+	if len(out.Network) != 1 {
+		t.Fatalf("network log = %+v, want one request", out.Network)
+	}
+	e := out.Network[0]
+	if e.Method != "GET" || (e.Host != host && !strings.HasPrefix(e.Host, host+":")) || e.Path != "/v1/whoami" || e.Status != 200 || !e.Injected || e.Blocked != "" {
+		t.Fatalf("network entry = %+v", e)
+	}
+
+	// Without YOLO, a host outside the run's APIs is refused (by Deno's
+	// permissions, before the proxy is even asked).
+	res = h.run(`try { await fetch("https://other.test/"); console.log("reached") } catch (e) { console.log("refused", e.name) }`, "apis", []string{"echo"})
+	if text := allText(res); !strings.Contains(text, "refused") {
+		t.Fatalf("fetch to a host outside the allowlist: %q", text)
+	}
+}
+
+// selfSignedCert makes a certificate for host, valid for an hour.
+func selfSignedCert(t *testing.T, host string) (tls.Certificate, *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: host},
+		DNSNames:              []string{host},
+		NotBefore:             time.Now().Add(-time.Minute),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf
+}
+
+func settingsWithYOLO(yolo bool) settings.Common { return settings.Common{YOLO: yolo} }

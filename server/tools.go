@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeforge/codeforge/apis"
+	"github.com/codeforge/codeforge/skills"
+)
+
+// The tools' names and argument names are a contract (DESIGN.md): saved
+// prompts depend on them.
+const (
+	toolExecuteCode     = "execute_code"
+	toolListAPIs        = "list_apis"
+	toolGetInstructions = "get_instructions"
+	toolUpdateSkill     = "update_skill"
+	toolDeleteSkill     = "delete_skill"
+)
+
+func (s *Server) addTools() {
+	s.mcp.AddTool(&mcp.Tool{
+		Name:  toolExecuteCode,
+		Title: "Run TypeScript in the sandbox",
+		Description: "Run TypeScript in a fresh Deno sandbox and return what it printed (stdout; stderr labelled). " +
+			"Call REST APIs with plain fetch(), combine the answers in the code, and print only what you need. " +
+			"Never put a secret in code: write the credential's token NAME where the secret goes " +
+			"(e.g. Authorization: \"Bearer GITHUB_TOKEN\"); the proxy swaps in the real value on the wire, only for that API's hosts. " +
+			"list_apis shows the APIs, their domains and token names; get_instructions explains files, network, skills and limits.",
+		InputSchema:  s.executeInputSchema(),
+		OutputSchema: json.RawMessage(executeOutputSchema),
+		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(true)},
+	}, s.executeCode)
+
+	s.mcp.AddTool(&mcp.Tool{
+		Name:  toolListAPIs,
+		Title: "List the configured APIs",
+		Description: "List the APIs the sandbox code can call: name, description, domains, credential token names " +
+			"(write these in code where the secret goes; never the values), reference documentation URL, " +
+			"restricted HTTP methods, and whether TypeScript types exist (types_path is where code can read them).",
+		InputSchema:  json.RawMessage(noArgsSchema),
+		OutputSchema: json.RawMessage(listAPIsOutputSchema),
+		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, s.listAPIs)
+
+	s.mcp.AddTool(&mcp.Tool{
+		Name:        toolGetInstructions,
+		Title:       "How to use CodeForge",
+		Description: "Return the usage primer: how credentials work, which directories and hosts code can reach, how to save and run skills, and the limits.",
+		InputSchema: json.RawMessage(noArgsSchema),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, s.getInstructions)
+
+	s.mcp.AddTool(&mcp.Tool{
+		Name:  toolUpdateSkill,
+		Title: "Edit a saved skill",
+		Description: "Edit the saved skill <name> with SEARCH/REPLACE blocks; if any block fails, nothing changes and the error quotes it. " +
+			skills.PatchFormat,
+		InputSchema: json.RawMessage(updateSkillInputSchema),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false},
+	}, s.updateSkill)
+
+	s.mcp.AddTool(&mcp.Tool{
+		Name:        toolDeleteSkill,
+		Title:       "Delete a saved skill",
+		Description: "Delete the saved skill <name> (the file <name>.ts in the skills directory).",
+		InputSchema: json.RawMessage(deleteSkillInputSchema),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
+	}, s.deleteSkill)
+}
+
+// executeInputSchema declares execute_code's arguments. The handler checks
+// them again itself, so a value the schema would refuse (a timeout sent as
+// a string) still gets a tool error in plain words.
+func (s *Server) executeInputSchema() json.RawMessage {
+	schema := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"code": map[string]any{
+				"type": "string",
+				"description": fmt.Sprintf("TypeScript for Deno (top-level await works). Print results with console.log. At most %d bytes.",
+					s.opts.MaxCodeBytes),
+			},
+			"apis": map[string]any{
+				"type":        "array",
+				"items":       map[string]any{"type": "string"},
+				"description": "Names of the APIs (from list_apis) this run uses: narrows its network to their domains. Default: every active API.",
+			},
+			"timeout": map[string]any{
+				"type":             "number",
+				"exclusiveMinimum": 0,
+				"maximum":          s.opts.MaxTimeout.Seconds(),
+				"description": fmt.Sprintf("Seconds before the run is stopped (output so far is kept). Default %s, at most %s. Time waiting for a free slot counts.",
+					formatSeconds(s.opts.DefaultTimeout.Seconds()), formatSeconds(s.opts.MaxTimeout.Seconds())),
+			},
+		},
+		"required":             []string{"code"},
+		"additionalProperties": false,
+	}
+	b, _ := json.Marshal(schema)
+	return b
+}
+
+const noArgsSchema = `{"type":"object","properties":{},"additionalProperties":false}`
+
+const skillNameSchema = `{"type":"string","pattern":"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$","description":"Skill name: letters, digits, '_' and '-', starting with a letter or digit, at most 64 characters."}`
+
+const updateSkillInputSchema = `{"type":"object","properties":{` +
+	`"name":` + skillNameSchema + `,` +
+	`"patch":{"type":"string","description":"One or more SEARCH/REPLACE blocks: <<<<<<< SEARCH, the exact current text, =======, the replacement, >>>>>>> REPLACE (each marker on its own line)."}` +
+	`},"required":["name","patch"],"additionalProperties":false}`
+
+const deleteSkillInputSchema = `{"type":"object","properties":{"name":` + skillNameSchema + `},"required":["name"],"additionalProperties":false}`
+
+const netEntrySchema = `{"type":"object","properties":{` +
+	`"method":{"type":"string"},` +
+	`"host":{"type":"string"},` +
+	`"path":{"type":"string","description":"Request path, without the query string."},` +
+	`"status":{"type":"integer","description":"Response status; 0 when there was no response."},` +
+	`"credential_injected":{"type":"boolean","description":"Whether the proxy put a real credential into this request."},` +
+	`"bytes_out":{"type":"integer"},` +
+	`"bytes_in":{"type":"integer"},` +
+	`"blocked":{"type":"string","description":"Why the proxy refused the request; absent when it passed."}` +
+	`},"required":["method","host","path","status","credential_injected","bytes_out","bytes_in"]}`
+
+const executeOutputSchema = `{"type":"object","properties":{` +
+	`"exit_code":{"type":"integer","description":"Exit status of the Deno process (non-zero: it failed)."},` +
+	`"duration_ms":{"type":"integer","description":"How long the run took, in milliseconds."},` +
+	`"timed_out":{"type":"boolean","description":"The run was stopped at its timeout; output before it is kept."},` +
+	`"out_of_memory":{"type":"boolean","description":"The run exceeded the sandbox memory limit."},` +
+	`"truncated":{"type":"boolean","description":"stdout or stderr went over the output cap and was cut."},` +
+	`"network":{"type":"array","items":` + netEntrySchema + `,"description":"Every request the run made through the proxy."}` +
+	`},"required":["exit_code","duration_ms","timed_out","out_of_memory","truncated","network"]}`
+
+const listAPIsOutputSchema = `{"type":"object","properties":{"apis":{"type":"array","items":{"type":"object","properties":{` +
+	`"name":{"type":"string","description":"Pass it in execute_code's apis argument."},` +
+	`"description":{"type":"string"},` +
+	`"domains":{"type":"array","items":{"type":"string"},"description":"Hosts the API is served from."},` +
+	`"credentials":{"type":"array","items":{"type":"string"},"description":"Token names to write where the secret goes; the proxy substitutes the real value."},` +
+	`"reference":{"type":"string","description":"Documentation URL."},` +
+	`"restricted_methods":{"type":"array","items":{"type":"string"},"description":"HTTP methods the proxy refuses for this API (a permanent 403)."},` +
+	`"has_types":{"type":"boolean"},` +
+	`"types_path":{"type":"string","description":"Where code can read the API's TypeScript declarations (when has_types)."}` +
+	`},"required":["name","description","domains","credentials","reference","restricted_methods","has_types"]}}},"required":["apis"]}`
+
+// apiInfo is one entry of list_apis.
+type apiInfo struct {
+	Name              string   `json:"name"`
+	Description       string   `json:"description"`
+	Domains           []string `json:"domains"`
+	Credentials       []string `json:"credentials"`
+	Reference         string   `json:"reference"`
+	RestrictedMethods []string `json:"restricted_methods"`
+	HasTypes          bool     `json:"has_types"`
+	TypesPath         string   `json:"types_path,omitempty"`
+}
+
+type listAPIsOutput struct {
+	APIs []apiInfo `json:"apis"`
+}
+
+func (s *Server) listAPIs(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if _, err := objectFields(req.Params.Arguments); err != nil {
+		return toolError("list_apis: %v", err), nil
+	}
+	out := listAPIsOutput{APIs: []apiInfo{}}
+	for _, a := range s.opts.APIs().Active() {
+		out.APIs = append(out.APIs, apiInfo{
+			Name:              a.Name,
+			Description:       a.Description,
+			Domains:           nonNil(a.Domains),
+			Credentials:       nonNil(a.TokenNames()),
+			Reference:         a.Reference,
+			RestrictedMethods: nonNil(a.RestrictedMethods),
+			HasTypes:          a.TypesPath != "",
+			TypesPath:         s.sandboxTypesPath(a),
+		})
+	}
+	text, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("list_apis: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(text)}},
+		StructuredContent: out,
+	}, nil
+}
+
+// sandboxTypesPath is where the code sees an API's types.d.ts: the real
+// file for the local backend, under Environment.TypesDir for a backend
+// that mounts the APIs directory elsewhere.
+func (s *Server) sandboxTypesPath(a *apis.API) string {
+	if a.TypesPath == "" {
+		return ""
+	}
+	if s.env.TypesDir != "" {
+		return path.Join(s.env.TypesDir, a.Name, "types.d.ts")
+	}
+	return a.TypesPath
+}
+
+func (s *Server) getInstructions(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if _, err := objectFields(req.Params.Arguments); err != nil {
+		return toolError("get_instructions: %v", err), nil
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s.instructions}}}, nil
+}
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+func ptr[T any](v T) *T { return &v }
