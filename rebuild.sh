@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# rebuild.sh [--no-cache] [--offline] — build and (re)start the CodeForge
+# Docker stack, wait until the server is ready, print the line that connects
+# Claude Code.
+#
+#   1. builds the codeforge binary on the host (CGO_ENABLED=0; the images copy
+#      it: see deploy/codeforge/Dockerfile for why);
+#   2. makes sure the base images exist: uses debian:bookworm-slim and
+#      denoland/deno:bin-2.9.6 when present or pullable, otherwise (or always
+#      with --offline) builds local stand-ins with deploy/build-base-images.sh
+#      (debootstrap + Deno from npm; no registry needed);
+#   3. docker compose build (--no-cache passes through), docker compose up -d;
+#   4. waits for http://127.0.0.1:${CODEFORGE_PORT:-8080}/health (up to
+#      ${CODEFORGE_READY_TIMEOUT:-120} s), showing the logs if it never gets ready.
+# Needs Go, a Docker engine and Compose v2 (deploy/install-docker.sh).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+no_cache=()
+offline=0
+for arg in "$@"; do
+	case $arg in
+	--no-cache) no_cache=(--no-cache) ;;
+	--offline) offline=1 ;;
+	-h | --help)
+		sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "rebuild.sh: unknown argument $arg (use --no-cache, --offline)" >&2
+		exit 2
+		;;
+	esac
+done
+
+die() {
+	echo "rebuild.sh: $*" >&2
+	exit 1
+}
+
+command -v go >/dev/null || die "Go is needed to build the codeforge binary (install Go 1.26)"
+docker info >/dev/null 2>&1 || die "no Docker engine answers: run deploy/install-docker.sh (as root)"
+docker compose version >/dev/null 2>&1 || die "Docker Compose v2 is missing: run deploy/install-docker.sh (as root)"
+
+port=${CODEFORGE_PORT:-8080}
+
+# 1. the binary the images copy
+CGO_ENABLED=0 go build -trimpath -o bin/codeforge ./cmd/codeforge || die "go build ./cmd/codeforge failed"
+
+# 2. base images
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+usable() { have_image "$1" || { [ "$offline" = 0 ] && docker pull -q "$1" >/dev/null 2>&1; }; }
+debian=${CODEFORGE_DEBIAN_BASE:-debian:bookworm-slim}
+deno=${CODEFORGE_DENO_IMAGE:-denoland/deno:bin-2.9.6}
+if [ "$offline" = 1 ] || ! usable "$debian" || ! usable "$deno"; then
+	echo "rebuild.sh: base images cannot be pulled; building local ones (deploy/build-base-images.sh, about a minute)" >&2
+	deploy/build-base-images.sh
+	debian=codeforge/debian-base:bookworm
+	deno=codeforge/deno:bin-2.9.6
+fi
+export CODEFORGE_DEBIAN_BASE=$debian CODEFORGE_DENO_IMAGE=$deno
+
+# 3. images and containers
+if [ ! -f deploy/sandbox/codeforge-run ]; then
+	die "deploy/sandbox/codeforge-run is missing (the sandbox's run wrapper)"
+fi
+docker compose build "${no_cache[@]}" || die "docker compose build failed"
+docker compose up -d --remove-orphans || die "docker compose up failed"
+
+# 4. readiness
+health() {
+	local url="http://127.0.0.1:$port/health"
+	if command -v curl >/dev/null; then
+		curl -fsS -m 5 -o /dev/null "$url" 2>/dev/null
+	else
+		# bash's /dev/tcp: enough for one GET on loopback.
+		local status
+		exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+		printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$port" >&3
+		read -r -t 5 _ status _ <&3 || status=""
+		exec 3<&- 3>&-
+		[ "$status" = 200 ]
+	fi
+}
+deadline=$((SECONDS + ${CODEFORGE_READY_TIMEOUT:-120}))
+until health; do
+	if [ "$SECONDS" -ge "$deadline" ]; then
+		docker compose ps -a >&2 || true
+		docker compose logs --tail 40 >&2 || true
+		die "the server did not report ready on http://127.0.0.1:$port/health (logs above)"
+	fi
+	sleep 1
+done
+
+echo "CodeForge is up on http://localhost:$port/mcp. Connect Claude Code with:"
+echo "  claude mcp add --transport http codeforge http://localhost:$port/mcp"
