@@ -381,7 +381,7 @@ func TestConcurrentCallsQueue(t *testing.T) {
 }
 
 // waitFor polls cond until it holds, failing after a generous bound.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {

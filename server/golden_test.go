@@ -159,7 +159,7 @@ func TestListAPIs(t *testing.T) {
 }
 
 // writeAPIs writes apis/<name>/config.json files into a new directory.
-func writeAPIs(t *testing.T, configs map[string]string) string {
+func writeAPIs(t testing.TB, configs map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, cfg := range configs {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -110,7 +111,7 @@ func (e *events) waitListChanged(t *testing.T) {
 }
 
 type harness struct {
-	t         *testing.T
+	t         testing.TB
 	srv       *Server
 	hs        *httptest.Server
 	runner    *countingRunner
@@ -120,6 +121,7 @@ type harness struct {
 	session   *mcp.ClientSession
 	logs      *strings.Builder
 	logMu     *sync.Mutex
+	token     string
 }
 
 type harnessConfig struct {
@@ -133,12 +135,16 @@ type harnessConfig struct {
 	gate func(*apis.Set) proxy.Gate
 	// caCert is the CA file the runner trusts (with gate).
 	caCert string
+	// clientToken is the bearer token the harness's client sends.
+	clientToken string
+	// noClient skips connecting the default client session.
+	noClient bool
 }
 
 // newHarness starts a real server (real local Deno runner, real skills
 // store) on an httptest server and connects a go-sdk client over
 // Streamable HTTP.
-func newHarness(t *testing.T, cfg harnessConfig) *harness {
+func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
 	deno := testenv.Deno(t)
 	skillsDir := t.TempDir()
@@ -190,9 +196,11 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	h := &harness{t: t, srv: srv, hs: hs, runner: runner, local: lr, skillsDir: lr.Env().SkillsDir, logs: logs, logMu: logMu}
+	h := &harness{t: t, srv: srv, hs: hs, runner: runner, local: lr, skillsDir: lr.Env().SkillsDir, logs: logs, logMu: logMu, token: cfg.clientToken}
 	h.events = newEvents()
-	h.session = h.connect(h.events.clientOptions())
+	if !cfg.noClient {
+		h.session = h.connect(h.events.clientOptions())
+	}
 	return h
 }
 
@@ -202,7 +210,11 @@ func (h *harness) connect(opts *mcp.ClientOptions) *mcp.ClientSession {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "codeforge-test", Version: "1"}, opts)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.hs.URL + "/mcp"}, nil)
+	transport := &mcp.StreamableClientTransport{Endpoint: h.hs.URL + "/mcp"}
+	if h.token != "" {
+		transport.HTTPClient = &http.Client{Transport: bearer{h.token, http.DefaultTransport}}
+	}
+	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
 		h.t.Fatalf("connect: %v", err)
 	}
@@ -283,7 +295,7 @@ func output(t *testing.T, res *mcp.CallToolResult) executeOutput {
 }
 
 // snapshot reads every file under dir (names and contents).
-func snapshot(t *testing.T, dir string) map[string]string {
+func snapshot(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -308,7 +320,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)

@@ -33,11 +33,11 @@ type gateConfig struct {
 
 // newGatedHarness is newHarness with the in-process egress proxy as the
 // gate, as `serve --sandbox local` wires it.
-func newGatedHarness(t *testing.T, cfg harnessConfig) *harness {
+func newGatedHarness(t testing.TB, cfg harnessConfig) *harness {
 	return newGatedHarnessWith(t, cfg, gateConfig{})
 }
 
-func newGatedHarnessWith(t *testing.T, cfg harnessConfig, gc gateConfig) *harness {
+func newGatedHarnessWith(t testing.TB, cfg harnessConfig, gc gateConfig) *harness {
 	t.Helper()
 	authority, err := ca.LoadOrCreate(t.TempDir())
 	if err != nil {

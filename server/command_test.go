@@ -1,0 +1,196 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeforge/codeforge/internal/testenv"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+// TestCommandServes runs `codeforge serve` as the binary would: local
+// backend with the in-process proxy, real Deno, on a free port; a client
+// connects and runs code; cancelling the context shuts it down.
+func TestCommandServes(t *testing.T) {
+	t.Parallel()
+	deno := testenv.Deno(t)
+	dir := t.TempDir()
+	apisDir := writeAPIs(t, map[string]string{"demo": `{"description": "Demo", "domains": ["demo.test"], "credentials": {"DEMO_TOKEN": "${DEMO_KEY}"}}`})
+	env := map[string]string{
+		"DENO_BIN":   deno,
+		"DEMO_KEY":   "demo-secret-value",
+		"DEBUG_MODE": "true",
+		"SKILLS_DIR": filepath.Join(dir, "skills"),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Command(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
+			"--max-concurrent", "3", "--memory-mb", "256"}, envMap(env), &stderr)
+	}()
+	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
+	var url string
+	waitFor(t, "the startup line", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+		default:
+		}
+		if m := urlRE.FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+			return true
+		}
+		return false
+	})
+	startup := stderr.String()
+	for _, w := range []string{"backend=local", "apis=1", `network="API domains only"`, "max_concurrent=3"} {
+		if !strings.Contains(startup, w) {
+			t.Errorf("startup line lacks %s:\n%s", w, startup)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "skills")); err != nil {
+		t.Errorf("skills dir not created: %v", err)
+	}
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "codeforge-test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": `console.log("served " + (6 * 7))`}})
+	if err != nil || res.IsError || allText(res) != "served 42\n" {
+		t.Fatalf("execute_code: %v %v", err, res)
+	}
+	if !strings.Contains(cs.InitializeResult().Instructions, "Memory: 256 MB per run") {
+		t.Errorf("instructions do not carry the memory limit:\n%s", cs.InitializeResult().Instructions)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "list_apis", Arguments: map[string]any{}})
+	if err != nil || !strings.Contains(allText(res), "DEMO_TOKEN") || strings.Contains(allText(res), "demo-secret-value") {
+		t.Fatalf("list_apis: %v %v", err, res)
+	}
+	cs.Close()
+	logs := stderr.String()
+	if !strings.Contains(logs, `code="console.log(\"served \" + (6 * 7))"`) {
+		t.Errorf("DEBUG_MODE did not log the submitted code:\n%s", logs)
+	}
+	if strings.Contains(logs, "demo-secret-value") {
+		t.Errorf("a credential value reached the log:\n%s", logs)
+	}
+	for _, w := range []string{"component=sandbox", "msg=start", "msg=done"} {
+		if !strings.Contains(logs, w) {
+			t.Errorf("no run lifecycle line with %s:\n%s", w, logs)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v after cancel", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not shut down after cancel")
+	}
+	if !strings.Contains(stderr.String(), "msg=stopped") {
+		t.Errorf("no shutdown line:\n%s", stderr.String())
+	}
+}
+
+// TestCommandRefusesBadConfig: every bad setting stops serve at start
+// with a message naming the flag or variable to fix.
+func TestCommandRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	deno := testenv.Deno(t)
+	badAPIs := writeAPIs(t, map[string]string{"bad": `{"domains": ["https://bad.test/"]}`})
+	emptyToken := filepath.Join(t.TempDir(), "token")
+	writeFile(t, emptyToken, "\n")
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown backend", []string{"--sandbox", "vm"}, nil, []string{"--sandbox (SANDBOX_BACKEND)", `"vm"`}},
+		{"backend from env", nil, map[string]string{"SANDBOX_BACKEND": "podman"}, []string{"SANDBOX_BACKEND", "podman"}},
+		{"docker not built yet", []string{"--sandbox", "docker"}, nil, []string{"docker backend not built yet"}},
+		{"bad concurrency", nil, map[string]string{"MAX_CONCURRENT_RUNS": "many"}, []string{"MAX_CONCURRENT_RUNS", `"many"`}},
+		{"zero concurrency", []string{"--max-concurrent", "0"}, nil, []string{"--max-concurrent", "at least 1"}},
+		{"bad output cap", []string{"--max-output", "-1"}, nil, []string{"MAX_OUTPUT_BYTES"}},
+		{"bad memory", nil, map[string]string{"SANDBOX_MEMORY_MB": "1GB"}, []string{"SANDBOX_MEMORY_MB"}},
+		{"bad timeout", []string{"--max-timeout", "soon"}, nil, []string{"--max-timeout (MAX_TIMEOUT)", "soon"}},
+		{"default over max", []string{"--default-timeout", "600", "--max-timeout", "60"}, nil, []string{"DEFAULT_TIMEOUT", "over"}},
+		{"bad addr", []string{"--addr", "8080"}, nil, []string{"--addr (CODEFORGE_ADDR)", "host:port"}},
+		{"bad bool", nil, map[string]string{"ALLOW_PRIVATE_UPSTREAMS": "maybe"}, []string{"ALLOW_PRIVATE_UPSTREAMS"}},
+		{"bad YOLO", nil, map[string]string{"YOLO_MODE": "sure"}, []string{"YOLO_MODE"}},
+		{"bad API config", []string{"--apis-dir", badAPIs}, nil, []string{"config.json", "APIS_DIR"}},
+		{"two tokens", []string{"--token-file", emptyToken}, map[string]string{"CODEFORGE_TOKEN": "x"}, []string{"both CODEFORGE_TOKEN and --token-file"}},
+		{"empty token file", []string{"--token-file", emptyToken}, nil, []string{"is empty"}},
+		{"missing upstream CA", []string{"--upstream-ca", "/nonexistent/ca.pem"}, nil, []string{"--upstream-ca (UPSTREAM_CA)"}},
+		{"stray argument", []string{"extra"}, nil, []string{`unexpected argument "extra"`}},
+		{"no deno", nil, map[string]string{"DENO_BIN": "", "PATH": ""}, []string{"deno not found", "npm install"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := map[string]string{"DENO_BIN": deno}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			if v, ok := env["DENO_BIN"]; ok && v == "" {
+				delete(env, "DENO_BIN")
+			}
+			args := append([]string{"--addr", "127.0.0.1:0", "--apis-dir", filepath.Join(dir, "apis"),
+				"--skills-dir", filepath.Join(dir, "skills"), "--data-dir", filepath.Join(dir, "data")}, tc.args...)
+			var stderr syncBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := Command(ctx, args, envMap(env), &stderr)
+			if err == nil {
+				t.Fatalf("serve started with a bad setting; log:\n%s", stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if strings.Contains(stderr.String(), "codeforge serving") {
+				t.Errorf("serve logged that it was serving")
+			}
+		})
+	}
+}
