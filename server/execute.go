@@ -99,6 +99,12 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 
 	res, runErr := s.opts.Runner.Run(ctx, rreq)
 	fwd.close()
+	if n := fwd.dropped.Load(); n > 0 {
+		s.log.Debug("stdout lines not sent as log notifications (client too slow)", "dropped", n)
+	}
+	if runErr == nil && res == nil {
+		runErr = errors.New("the runner returned no result")
+	}
 
 	var notes []string
 	var network []proxy.NetEntry
