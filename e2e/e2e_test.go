@@ -1,0 +1,558 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestE2E brings one stack up and runs every end-to-end check against it,
+// in order: behaviour and isolation first, then the faults, each of which
+// leaves the stack healthy again for the next.
+func TestE2E(t *testing.T) {
+	st := startStack(t)
+	cs := st.connect(t, nil)
+
+	t.Run("HelloWorld", func(t *testing.T) { testHelloWorld(t, cs) })
+	t.Run("ListAPIsShowsNamesNotSecrets", func(t *testing.T) { testListAPIs(t, st, cs) })
+	t.Run("CredentialSubstitution", func(t *testing.T) { testCredentialSubstitution(t, st, cs) })
+	t.Run("RestrictedMethod", func(t *testing.T) { testRestrictedMethod(t, st, cs) })
+	t.Run("UnconfiguredHostBlocked", func(t *testing.T) { testUnconfiguredHost(t, cs) })
+	t.Run("RawTCPOnlyToProxy", func(t *testing.T) { testRawTCP(t, st, cs) })
+	t.Run("Skills", func(t *testing.T) { testSkills(t, st) })
+	t.Run("SandboxIsolation", func(t *testing.T) { testSandboxIsolation(t, st, cs) })
+	t.Run("TimeoutLeavesNoProcess", func(t *testing.T) { testTimeoutLeavesNoProcess(t, st, cs) })
+	t.Run("ConcurrentRuns", func(t *testing.T) { testConcurrentRuns(t, st) })
+	t.Run("OutputFlood", func(t *testing.T) { testOutputFlood(t, st, cs) })
+	t.Run("SandboxKilledMidRun", func(t *testing.T) { testSandboxKilled(t, st, cs) })
+	t.Run("ProxyDown", func(t *testing.T) { testProxyDown(t, st, cs) })
+}
+
+func testHelloWorld(t *testing.T, cs *mcp.ClientSession) {
+	res := run(t, cs, `console.log("hello world")`, nil)
+	if res.IsError || stdout(res) != "hello world\n" {
+		t.Fatalf("execute_code hello world: isError=%v %q", res.IsError, text(res))
+	}
+	if out := structured(t, res); out.ExitCode != 0 || out.TimedOut || out.Truncated {
+		t.Fatalf("structuredContent = %+v", out)
+	}
+}
+
+func testListAPIs(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	res := call(t, cs, "list_apis", map[string]any{})
+	raw, _ := json.Marshal(res)
+	if res.IsError || !strings.Contains(string(raw), tokenName) || !strings.Contains(string(raw), `"`+apiHost+`"`) {
+		t.Fatalf("list_apis does not show the test API with its token name: %s", raw)
+	}
+	if strings.Contains(string(raw), st.secret) {
+		t.Fatal("list_apis shows the secret value")
+	}
+}
+
+// echoFetch is code that calls the test API and prints the status and the
+// echo it got back.
+func echoFetch(method string, headers map[string]string) string {
+	h, _ := json.Marshal(headers)
+	return fmt.Sprintf(`const r = await fetch("https://%s/echo?q=1", {method: %q, headers: %s});
+console.log(r.status);
+console.log(await r.text());`, apiHost, method, h)
+}
+
+func testCredentialSubstitution(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	res := run(t, cs, echoFetch("GET", map[string]string{"Authorization": "Bearer " + tokenName}), map[string]any{"apis": []string{apiName}})
+	out := text(res)
+	if res.IsError {
+		t.Fatalf("fetch through the proxy failed: %s", out)
+	}
+	status, body, _ := strings.Cut(stdout(res), "\n")
+	if status != "200" {
+		t.Fatalf("status %q, output %s", status, out)
+	}
+	var echo struct {
+		Authorization string `json:"authorization"`
+		AuthSHA256    string `json:"authorization_sha256"`
+	}
+	if err := json.Unmarshal([]byte(body), &echo); err != nil {
+		t.Fatalf("echo body %q: %v", body, err)
+	}
+	sum := sha256.Sum256([]byte("Bearer " + st.secret))
+	if echo.AuthSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("the API did not receive the real credential (sha256 %s)", echo.AuthSHA256)
+	}
+	if echo.Authorization != "Bearer "+tokenName {
+		t.Errorf("the code saw Authorization %q echoed back, want the token name", echo.Authorization)
+	}
+	if strings.Contains(out, st.secret) {
+		t.Error("the secret value reached the code's output")
+	}
+	net := structured(t, res).Network
+	if !slices.ContainsFunc(net, func(e netEntry) bool { return e.Host == apiHost && e.Injected && e.Status == 200 }) {
+		t.Errorf("network log %+v has no injected request to %s", net, apiHost)
+	}
+}
+
+func testRestrictedMethod(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	for _, c := range []struct {
+		name, method string
+		headers      map[string]string
+	}{
+		{"DELETE", "DELETE", map[string]string{"Authorization": "Bearer " + tokenName}},
+		{"override header", "POST", map[string]string{"X-HTTP-Method-Override": "DELETE"}},
+	} {
+		res := run(t, cs, echoFetch(c.method, c.headers), map[string]any{"apis": []string{apiName}})
+		status, body, _ := strings.Cut(stdout(res), "\n")
+		if status != "403" {
+			t.Errorf("%s: status %q, want 403; output %s", c.name, status, text(res))
+		}
+		if !strings.Contains(strings.ToLower(body), "permanent") {
+			t.Errorf("%s: the 403 does not say the restriction is permanent: %s", c.name, body)
+		}
+	}
+	if logs := st.mustCompose(t, "logs", "--no-color", "api"); strings.Contains(logs, "method=DELETE") ||
+		regexp.MustCompile(`method=POST path=/echo`).MatchString(logs) {
+		t.Errorf("a restricted request reached the API:\n%s", logs)
+	}
+}
+
+func testUnconfiguredHost(t *testing.T, cs *mcp.ClientSession) {
+	// .invalid never resolves: nothing leaves the machine even if both
+	// Deno's and the proxy's checks were broken.
+	code := `try {
+  const r = await fetch("https://unconfigured.invalid/");
+  console.log(r.ok ? "reached" : "blocked: status " + r.status);
+} catch (e) {
+  console.log("blocked: " + e.message);
+}`
+	for _, apis := range [][]string{nil, {apiName}} {
+		extra := map[string]any{}
+		if apis != nil {
+			extra["apis"] = apis
+		}
+		res := run(t, cs, code, extra)
+		if out := stdout(res); !strings.HasPrefix(out, "blocked: ") {
+			t.Errorf("apis %v: an unconfigured host was not blocked: %s", apis, text(res))
+		}
+	}
+}
+
+func testRawTCP(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	// From the code: Deno's permissions refuse a raw connection.
+	res := run(t, cs, `try { const c = await Deno.connect({hostname: "proxy", port: 3129}); c.close(); console.log("connected") } catch (e) { console.log("refused: " + e.name) }`, nil)
+	if !strings.HasPrefix(stdout(res), "refused: ") {
+		t.Errorf("Deno.connect from code: %s", text(res))
+	}
+
+	// From the sandbox's network namespace itself (as if Deno's checks
+	// were gone): only the proxy's port answers. A listener of the test's
+	// own on the host stands for any host service.
+	host, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	var (
+		mu       sync.Mutex
+		accepted []string
+	)
+	go func() {
+		for {
+			c, err := host.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c.RemoteAddr().String())
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	hostPort := host.Addr().(*net.TCPAddr).Port
+
+	if err := st.tcpProbe(t, "proxy", 3128); err != nil {
+		t.Fatalf("the probe cannot even reach the proxy (it must): %v", err)
+	}
+	targets := []struct {
+		name, host string
+		port       int
+	}{
+		{"the api container", st.containerIP(t, "api", "egress"), 443},
+		{"the api by name", apiHost, 443},
+		{"the server", st.containerIP(t, "server", "egress"), 8080},
+		{"the server by name", "server", 8080},
+		{"the proxy's control API", st.containerIP(t, "proxy", "control-net"), 3129},
+		{"the proxy's control port on sandbox-net", "proxy", 3129},
+		{"the host through the sandbox network's gateway", st.networkGateway(t, "sandbox-net"), hostPort},
+		{"the host through the egress network's gateway", st.networkGateway(t, "egress"), hostPort},
+	}
+	for _, tg := range targets {
+		if err := st.tcpProbe(t, tg.host, tg.port); err == nil {
+			t.Errorf("the sandbox reached %s (%s:%d)", tg.name, tg.host, tg.port)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(accepted) > 0 {
+		t.Errorf("the host listener accepted connections from %v", accepted)
+	}
+}
+
+func testSkills(t *testing.T, st *stack) {
+	ev := newEvents()
+	cs := st.connect(t, ev.options())
+	ctx := t.Context()
+	const name = "e2e_greet"
+	src := "// @description Greets from the e2e test\nconsole.log(\"hi from skill\");\n"
+
+	// Saved from code, into the volume the server shares.
+	res := run(t, cs, fmt.Sprintf("await Deno.writeTextFile(%q, %q); console.log(\"saved\")", "/skills/"+name+".ts", src), nil)
+	if res.IsError || stdout(res) != "saved\n" {
+		t.Fatalf("saving a skill from code: %s", text(res))
+	}
+	ev.waitListChanged(t)
+	list, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(list.Resources, func(r *mcp.Resource) bool {
+		return r.URI == "skill://"+name && r.Description == "Greets from the e2e test"
+	}) {
+		t.Fatalf("resources %+v lack skill://%s", list.Resources, name)
+	}
+	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "skill://" + name})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != src {
+		t.Fatalf("read skill://%s: %+v, %v", name, read, err)
+	}
+
+	// update_skill, seen by the sandbox too.
+	ev.drain()
+	patch := "<<<<<<< SEARCH\nconsole.log(\"hi from skill\");\n=======\nconsole.log(\"hello from the updated skill\");\n>>>>>>> REPLACE\n"
+	if res := call(t, cs, "update_skill", map[string]any{"name": name, "patch": patch}); res.IsError {
+		t.Fatalf("update_skill: %s", text(res))
+	}
+	ev.waitListChanged(t)
+	if out, err := st.sandboxExec(t, "10001:10001", "cat", "/skills/"+name+".ts"); err != nil || !strings.Contains(out, "updated skill") {
+		t.Fatalf("the sandbox does not see the updated skill: %v %s", err, out)
+	}
+
+	// run_skill: the prompt's code, run as the agent would.
+	prompt, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "run_skill", Arguments: map[string]string{"name": name}})
+	if err != nil || len(prompt.Messages) == 0 {
+		t.Fatalf("run_skill prompt: %+v, %v", prompt, err)
+	}
+	msg, _ := prompt.Messages[0].Content.(*mcp.TextContent)
+	if msg == nil {
+		t.Fatalf("run_skill message is not text: %+v", prompt.Messages[0])
+	}
+	m := regexp.MustCompile("(?s)```ts\n(.*?)```").FindStringSubmatch(msg.Text)
+	if m == nil {
+		t.Fatalf("run_skill message has no ts code block: %s", msg.Text)
+	}
+	if res := run(t, cs, m[1], nil); res.IsError || stdout(res) != "hello from the updated skill\n" {
+		t.Fatalf("running the skill as the prompt says (%q): %s", m[1], text(res))
+	}
+
+	// delete_skill.
+	ev.drain()
+	if res := call(t, cs, "delete_skill", map[string]any{"name": name}); res.IsError {
+		t.Fatalf("delete_skill: %s", text(res))
+	}
+	ev.waitListChanged(t)
+	list, err = cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(list.Resources, func(r *mcp.Resource) bool { return r.URI == "skill://"+name }) {
+		t.Fatalf("skill://%s still listed after delete_skill", name)
+	}
+	if out, err := st.sandboxExec(t, "10001:10001", "ls", "-A", "/skills"); err != nil || strings.Contains(out, name) {
+		t.Fatalf("the skill file is still in the sandbox: %v %s", err, out)
+	}
+}
+
+func testSandboxIsolation(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	// What the code itself can try.
+	code := `const tries = {
+  dockerSocket: () => Deno.readFile("/var/run/docker.sock"),
+  filterSocket: () => Deno.readFile("/run/codeforge-filter/docker.sock"),
+  caKey: () => Deno.readFile("/data/ca/ca.key"),
+  controlToken: () => Deno.readFile("/run/codeforge-control/token"),
+  env: async () => Deno.env.toObject(),
+  server: () => fetch("http://server:8080/health"),
+  serverControl: () => fetch("http://proxy-control:3129/v1/health"),
+  writeRoot: () => Deno.writeTextFile("/usr/local/bin/x", "x"),
+  writeCA: () => Deno.writeTextFile("/ca/ca.pem", "x"),
+};
+for (const [name, f] of Object.entries(tries)) {
+  try { await f(); console.log(name + ": ALLOWED"); } catch (e) { console.log(name + ": refused " + e.name); }
+}`
+	res := run(t, cs, code, map[string]any{"apis": []string{apiName}})
+	out := stdout(res)
+	if strings.Count(out, ": refused ") != 9 || strings.Contains(out, "ALLOWED") {
+		t.Errorf("from code:\n%s", text(res))
+	}
+
+	// What is in the sandbox container at all, looked at as root by the
+	// harness: no Docker or filter socket, no CA key or control token,
+	// no secret value in any file or process environment.
+	find, err := st.sandboxExec(t, "0:0", "find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", ")", "-prune", "-o",
+		"(", "-name", "*.sock", "-o", "-name", "ca.key", "-o", "-name", "token", "-o", "-type", "s", ")", "-print")
+	if err != nil || strings.TrimSpace(find) != "" {
+		t.Errorf("sockets or keys in the sandbox (err %v):\n%s", err, find)
+	}
+	if out, err := st.sandboxExec(t, "0:0", "ls", "-A", "/ca"); err != nil || strings.TrimSpace(out) != "ca.pem" {
+		t.Errorf("/ca holds %q (err %v), want only ca.pem", out, err)
+	}
+	grep, err := st.sandboxExec(t, "0:0", "grep", "-r", "-l", "-F", "-s", "--exclude-dir=proc", "--exclude-dir=sys", "--", st.secret, "/")
+	if err == nil || strings.TrimSpace(grep) != "" {
+		t.Errorf("the secret is in the sandbox's files:\n%s", grep)
+	}
+	environ, err := st.sandboxExec(t, "0:0", "sh", "-c", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'")
+	if err != nil || strings.Contains(environ, st.secret) {
+		t.Errorf("the secret is in a sandbox process's environment or arguments (err %v)", err)
+	}
+	for _, svc := range []string{"sandbox", "netguard", "server", "dockerfilter"} {
+		if env := inspect(t, st.container(t, svc), "{{json .Config.Env}} {{json .Config.Cmd}}"); strings.Contains(env, st.secret) {
+			t.Errorf("the %s container's configuration holds the secret", svc)
+		}
+	}
+	// The sandbox user has no capabilities and a read-only root.
+	if out, err := st.sandboxExec(t, "10001:10001", "grep", "^CapEff:", "/proc/self/status"); err != nil || !strings.Contains(out, "0000000000000000") {
+		t.Errorf("sandbox capabilities: %s %v", out, err)
+	}
+	if _, err := st.sandboxExec(t, "10001:10001", "touch", "/usr/local/bin/x"); err == nil {
+		t.Error("the sandbox's root filesystem is writable")
+	}
+}
+
+func testTimeoutLeavesNoProcess(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := callErr(cs, "execute_code", map[string]any{"code": "while (true) {}", "timeout": 2})
+		done <- result{res, err}
+	}()
+	// While it spins: deno runs as the sandbox user.
+	var deno []string
+	waitFor(t, 60*time.Second, "the run's deno process", func() bool {
+		deno = denoProcesses(st.sandboxProcesses(t))
+		return len(deno) > 0
+	})
+	for _, p := range deno {
+		if uid := strings.Fields(p)[0]; uid != "10001" {
+			t.Errorf("deno runs as uid %s, want 10001: %s", uid, p)
+		}
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("execute_code: %v", r.err)
+	}
+	if out := structured(t, r.res); !r.res.IsError || !out.TimedOut {
+		t.Fatalf("an infinite loop with timeout 2: isError=%v %+v %s", r.res.IsError, out, text(r.res))
+	}
+	if left := denoProcesses(st.sandboxProcesses(t)); len(left) > 0 {
+		t.Errorf("processes left behind after the timeout:\n%s", strings.Join(left, "\n"))
+	}
+	if out, _ := st.sandboxExec(t, "0:0", "sh", "-c", "ls -A /tmp/runs 2>/dev/null"); strings.TrimSpace(out) != "" {
+		t.Errorf("scratch directories left behind: %s", out)
+	}
+}
+
+// denoProcesses keeps the process lines that are not the container's own
+// keep-alive (init, sleep).
+func denoProcesses(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			continue
+		}
+		cmd := strings.Join(f[2:], " ")
+		if strings.HasPrefix(cmd, "/sbin/docker-init") || strings.HasPrefix(cmd, "sleep ") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func testConcurrentRuns(t *testing.T, st *stack) {
+	const n = 20
+	sessions := []*mcp.ClientSession{st.connect(t, nil), st.connect(t, nil)}
+	var wg sync.WaitGroup
+	results := make([]*mcp.CallToolResult, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			code := fmt.Sprintf("await new Promise((r) => setTimeout(r, 200)); console.log(\"run %d\")", i)
+			results[i], errs[i] = callErr(sessions[i%len(sessions)], "execute_code", map[string]any{"code": code, "timeout": 120})
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("run %d: %v", i, errs[i])
+			continue
+		}
+		if want := fmt.Sprintf("run %d\n", i); results[i].IsError || stdout(results[i]) != want {
+			t.Errorf("run %d: isError=%v %q", i, results[i].IsError, text(results[i]))
+		}
+	}
+}
+
+func testOutputFlood(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	server := st.container(t, "server")
+	before := containerMemory(t, server)
+	var (
+		mu   sync.Mutex
+		peak = before
+	)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			m := containerMemory(t, server)
+			mu.Lock()
+			peak = max(peak, m)
+			mu.Unlock()
+		}
+	}()
+	// 1 GiB of output in 1 MiB writes.
+	code := `const chunk = new TextEncoder().encode(("x".repeat(1023) + "\n").repeat(1024));
+for (let i = 0; i < 1024; i++) await Deno.stdout.write(chunk);
+console.error("flood done");`
+	res := run(t, cs, code, map[string]any{"timeout": 280})
+	close(stop)
+	<-sampled
+	out := structured(t, res)
+	if !out.Truncated || out.TimedOut {
+		t.Errorf("1 GiB of output: %+v", out)
+	}
+	if len(stdout(res)) > 2<<20 {
+		t.Errorf("stdout kept %d bytes: not capped", len(stdout(res)))
+	}
+	if !strings.Contains(strings.ToLower(text(res)), "truncat") && !strings.Contains(strings.ToLower(text(res)), "cut") {
+		t.Errorf("no note about the cut output in %q", lastLines(text(res), 3))
+	}
+	after := containerMemory(t, server)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("server memory: before %d MiB, peak %d MiB, after %d MiB", before>>20, peak>>20, after>>20)
+	if peak-before > 100<<20 {
+		t.Errorf("the server's memory grew by %d MiB under the flood (before %d MiB, peak %d MiB)", (peak-before)>>20, before>>20, peak>>20)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func testSandboxKilled(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	id := st.container(t, "sandbox")
+	restarts := inspect(t, id, "{{.RestartCount}}")
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := callErr(cs, "execute_code", map[string]any{
+			"code": `console.log("started"); await new Promise((r) => setTimeout(r, 600000));`, "timeout": 280})
+		done <- result{res, err}
+	}()
+	waitFor(t, 60*time.Second, "the run's deno process", func() bool { return len(denoProcesses(st.sandboxProcesses(t))) > 0 })
+
+	// A crash, as the kernel's OOM killer or a fault would do it: SIGKILL
+	// to the container's init from the host. (docker kill would count as
+	// a manual stop, which the restart policy respects.)
+	pid, err := strconv.Atoi(inspect(t, id, "{{.State.Pid}}"))
+	if err != nil || pid <= 1 {
+		t.Fatalf("sandbox pid %d: %v", pid, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill sandbox init %d: %v", pid, err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not end after the sandbox died")
+	}
+	if r.err != nil {
+		t.Fatalf("the run ended with a protocol error, not a tool error: %v", r.err)
+	}
+	msg := strings.ToLower(text(r.res))
+	if !r.res.IsError || !strings.Contains(msg, "sandbox") {
+		t.Errorf("a run whose sandbox died: isError=%v %q; want an error that names the sandbox", r.res.IsError, text(r.res))
+	}
+
+	// The restart policy brings it back, the server notices on its own.
+	waitFor(t, 2*time.Minute, "the sandbox to restart", func() bool {
+		return inspect(t, id, "{{.RestartCount}}") != restarts && inspect(t, id, "{{.State.Running}}") == "true"
+	})
+	st.waitReady(t, 2*time.Minute)
+	res := run(t, cs, `console.log("back")`, nil)
+	if res.IsError || stdout(res) != "back\n" {
+		t.Fatalf("the first run after the restart: %s", text(res))
+	}
+	// Its network lock survived the restart (it rejoined netguard's namespace).
+	if err := st.tcpProbe(t, st.containerIP(t, "api", "egress"), 443); err == nil {
+		t.Error("after the restart the sandbox reaches the api container directly")
+	}
+}
+
+func testProxyDown(t *testing.T, st *stack, cs *mcp.ClientSession) {
+	fetch := echoFetch("GET", map[string]string{"Authorization": "Bearer " + tokenName})
+	apis := map[string]any{"apis": []string{apiName}}
+
+	st.mustCompose(t, "stop", "proxy")
+	res := run(t, cs, fetch, apis)
+	if msg := strings.ToLower(text(res)); !res.IsError || !strings.Contains(msg, "proxy") {
+		t.Errorf("a fetch with the proxy stopped: isError=%v %q; want an error that names the proxy", res.IsError, text(res))
+	}
+	st.mustCompose(t, "start", "proxy")
+	st.waitReady(t, 2*time.Minute)
+	if res := run(t, cs, fetch, apis); res.IsError || !strings.HasPrefix(stdout(res), "200\n") {
+		t.Fatalf("a fetch after the proxy came back: %s", text(res))
+	}
+
+	// A proxy crash: the restart policy brings it back with the same CA
+	// (its volume), so the sandbox still trusts it.
+	id := st.container(t, "proxy")
+	restarts := inspect(t, id, "{{.RestartCount}}")
+	pid, err := strconv.Atoi(inspect(t, id, "{{.State.Pid}}"))
+	if err != nil || pid <= 1 {
+		t.Fatalf("proxy pid %d: %v", pid, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill proxy %d: %v", pid, err)
+	}
+	waitFor(t, 2*time.Minute, "the proxy to restart", func() bool {
+		return inspect(t, id, "{{.RestartCount}}") != restarts && inspect(t, id, "{{.State.Running}}") == "true"
+	})
+	st.waitReady(t, 2*time.Minute)
+	if res := run(t, cs, fetch, apis); res.IsError || !strings.HasPrefix(stdout(res), "200\n") {
+		t.Fatalf("a fetch after the proxy crashed and restarted: %s", text(res))
+	}
+}
