@@ -34,7 +34,7 @@ var execStartKeys = []string{"Detach", "Tty", "ConsoleSize"}
 // component into the wrapper's deno command line. codeforge-run checks
 // the same again.
 var (
-	hostItem   = `(?:[A-Za-z0-9._-]+(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?)`
+	hostItem   = `(?:[A-Za-z0-9][A-Za-z0-9._-]*(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?)`
 	pathItem   = `/[A-Za-z0-9._@+/-]*`
 	envPattern = map[string]*regexp.Regexp{
 		"CODEFORGE_RUN_ID":    regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`),
@@ -281,6 +281,16 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"] or [%q, \"--kill\", RUN_ID]", WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
+}
+
+// CheckRunEnv reports why the filter would refuse env as a run's exec
+// environment (the same words it answers 403 with), or nil when it would
+// accept it. The runner calls it to fail early with a clear error.
+func CheckRunEnv(env []string) error {
+	if _, d := checkRunEnv(env); d != nil {
+		return errors.New(strings.TrimPrefix(d.msg, "exec create refused: "))
+	}
+	return nil
 }
 
 // checkRunEnv checks a run's environment: each entry KEY=VALUE, each key

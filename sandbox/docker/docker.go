@@ -1,0 +1,579 @@
+// Package docker is the sandbox backend that runs code in the sandbox
+// container: each run is one `docker exec` of codeforge-run (the wrapper
+// in the sandbox image, deploy/sandbox/codeforge-run), made through the
+// Docker socket filter (package dockerfilter) with
+// github.com/moby/moby/client. The code goes in on the exec's stdin,
+// stdout and stderr come back demultiplexed into capped collectors, and
+// the exit code comes from exec inspect.
+//
+// The Docker API cannot kill an exec, so time limits are enforced inside
+// the sandbox: the wrapper runs deno under `timeout -s KILL` in a process
+// group of its own, and when a run outlives its timeout by a grace period
+// or its context ends, the runner execs `codeforge-run --kill <run id>`,
+// which kills that group and removes the run's scratch directory.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/codeforge/codeforge/dockerfilter"
+	"github.com/codeforge/codeforge/sandbox"
+	"github.com/codeforge/codeforge/sandbox/output"
+)
+
+// Defaults for Options and Request fields left zero.
+const (
+	// DefaultDockerHost is where compose mounts the socket filter.
+	DefaultDockerHost = "unix:///run/codeforge-filter/docker.sock"
+	DefaultContainer  = "sandbox"
+	DefaultSkillsDir  = "/skills"
+	// DefaultMemoryMB caps each run's V8 heap. It is half of the sandbox
+	// container's 512 MB, so V8's own limit (a clean out-of-memory report)
+	// is reached before the container's (a SIGKILL from the kernel).
+	DefaultMemoryMB  = 256
+	DefaultMaxOutput = 1 << 20
+	// DefaultGrace is how long past a run's timeout the runner waits for
+	// the wrapper's own timeout before killing the run from outside.
+	DefaultGrace = 3 * time.Second
+)
+
+// ScratchDirDescription is what Env reports as the scratch directory.
+const ScratchDirDescription = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
+
+const (
+	wrapper = dockerfilter.WrapperName
+	// wrapperPrefix starts every message codeforge-run itself writes.
+	wrapperPrefix = "codeforge-run: "
+	// signalTrailer is the last stderr line codeforge-run writes when a
+	// signal ended deno (it is alive to write it, so the sandbox is too).
+	signalTrailer = "codeforge-run: deno ended by signal "
+	// wrapperRefused is codeforge-run's exit status when it refuses a run.
+	wrapperRefused = 125
+	// stderrTail is how much of the end of stderr is kept to find V8's
+	// out-of-memory report and the wrapper's trailer after a flood.
+	stderrTail = 8 << 10
+	// maxTimeout is the longest run the filter accepts (one day).
+	maxTimeout = 24 * time.Hour
+	// controlTimeout bounds the small execs (--kill, --check) and the
+	// inspect after a run.
+	controlTimeout = 15 * time.Second
+	// readyFor is how long a successful Ready check is trusted.
+	readyFor = 5 * time.Second
+)
+
+// oomMarkers are what V8 prints when the heap cap is hit, before it aborts.
+var oomMarkers = []string{
+	"Fatal JavaScript out of memory",
+	"Fatal process out of memory",
+	"Reached heap limit",
+	"JavaScript heap out of memory",
+}
+
+// Options configures a Runner.
+type Options struct {
+	// DockerHost is the socket filter, "unix:///path". Default
+	// DefaultDockerHost.
+	DockerHost string
+	// Container names the sandbox to the filter. Default DefaultContainer.
+	Container string
+	// MemoryMB caps each run's V8 heap. Default DefaultMemoryMB.
+	MemoryMB int
+	// SkillsDir is the skills directory as the code sees it; the wrapper
+	// grants /skills. Default DefaultSkillsDir.
+	SkillsDir string
+	// ScratchHint replaces ScratchDirDescription in Env.
+	ScratchHint string
+	// Grace is how long past its timeout a run may go before the runner
+	// kills it from outside. Default DefaultGrace.
+	Grace time.Duration
+	// Logger receives lifecycle logs; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// Runner runs code in the sandbox container. It implements sandbox.Runner
+// and is safe for concurrent use.
+type Runner struct {
+	cli       *client.Client
+	host      string
+	container string
+	memoryMB  int
+	skillsDir string
+	scratch   string
+	grace     time.Duration
+	log       *slog.Logger
+	closed    atomic.Bool
+
+	readyMu sync.Mutex
+	readyAt time.Time
+}
+
+var _ sandbox.Runner = (*Runner)(nil)
+
+// containerPattern is a container name as the filter accepts it.
+var containerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// New checks opts and returns a Runner. It does not contact the filter;
+// Ready does.
+func New(opts Options) (*Runner, error) {
+	if opts.DockerHost == "" {
+		opts.DockerHost = DefaultDockerHost
+	}
+	if opts.Container == "" {
+		opts.Container = DefaultContainer
+	}
+	if opts.SkillsDir == "" {
+		opts.SkillsDir = DefaultSkillsDir
+	}
+	if opts.MemoryMB == 0 {
+		opts.MemoryMB = DefaultMemoryMB
+	}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.ScratchHint == "" {
+		opts.ScratchHint = ScratchDirDescription
+	}
+	if p, ok := strings.CutPrefix(opts.DockerHost, "unix://"); !ok || !strings.HasPrefix(p, "/") {
+		return nil, fmt.Errorf("docker sandbox: DockerHost %q: want the socket filter as unix:///path", opts.DockerHost)
+	}
+	if !containerPattern.MatchString(opts.Container) {
+		return nil, fmt.Errorf("docker sandbox: Container %q: want a container or service name", opts.Container)
+	}
+	if opts.MemoryMB < 0 || opts.MemoryMB > 999999 {
+		return nil, fmt.Errorf("docker sandbox: MemoryMB is %d: want a positive number of megabytes, or 0 for the default %d", opts.MemoryMB, DefaultMemoryMB)
+	}
+	if opts.Grace < 0 {
+		return nil, fmt.Errorf("docker sandbox: Grace is %v: want a positive duration, or 0 for the default %v", opts.Grace, DefaultGrace)
+	}
+	if !path.IsAbs(opts.SkillsDir) {
+		return nil, fmt.Errorf("docker sandbox: SkillsDir %q: want an absolute path as the sandbox sees it", opts.SkillsDir)
+	}
+	cli, err := client.New(client.WithHost(opts.DockerHost))
+	if err != nil {
+		return nil, fmt.Errorf("docker sandbox: client for %s: %w", opts.DockerHost, err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{
+		cli:       cli,
+		host:      opts.DockerHost,
+		container: opts.Container,
+		memoryMB:  opts.MemoryMB,
+		skillsDir: opts.SkillsDir,
+		scratch:   opts.ScratchHint,
+		grace:     opts.Grace,
+		log:       log.With("component", "sandbox", "backend", "docker"),
+	}, nil
+}
+
+// Env describes what runs see.
+func (r *Runner) Env() sandbox.Environment {
+	return sandbox.Environment{Backend: "docker", ScratchDir: r.scratch, SkillsDir: r.skillsDir}
+}
+
+// Close refuses further runs and closes idle connections to the filter.
+// Runs in progress finish normally.
+func (r *Runner) Close() error {
+	r.closed.Store(true)
+	return r.cli.Close()
+}
+
+// Ready pings the engine through the filter and runs `codeforge-run
+// --check` in the sandbox (deno starts, the proxy's CA is there). A
+// success is trusted for a few seconds.
+func (r *Runner) Ready(ctx context.Context) error {
+	if r.closed.Load() {
+		return errors.New("docker sandbox is closed")
+	}
+	r.readyMu.Lock()
+	defer r.readyMu.Unlock()
+	if !r.readyAt.IsZero() && time.Since(r.readyAt) < readyFor {
+		return nil
+	}
+	if _, err := r.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return fmt.Errorf("starting: docker socket filter at %s: %w", r.host, err)
+	}
+	res, err := r.control(ctx, "--check")
+	if err != nil {
+		return fmt.Errorf("starting: sandbox container %q: %w", r.container, err)
+	}
+	if res.exitCode != 0 {
+		msg := strings.TrimPrefix(firstLine(res.stderr), wrapperPrefix)
+		if msg == "" {
+			msg = fmt.Sprintf("codeforge-run --check exited with %d", res.exitCode)
+		}
+		return fmt.Errorf("starting: sandbox not ready: %s", msg)
+	}
+	r.readyAt = time.Now()
+	return nil
+}
+
+// stopReason says why a run's stream was cut from outside.
+type stopReason int
+
+const (
+	stopNone stopReason = iota
+	stopTimeout
+	stopCanceled
+)
+
+// Run executes req.Code in the sandbox. Timeout, out of memory and
+// non-zero exit are reported in the Result; an error means the run could
+// not be attempted, the sandbox failed during it (container gone, filter
+// down), or ctx ended first (the run is killed and the error wraps
+// ctx.Err()).
+func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	if r.closed.Load() {
+		return nil, errors.New("docker sandbox is closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run canceled: %w", err)
+	}
+	maxOutput := req.MaxOutput
+	if maxOutput == 0 {
+		maxOutput = DefaultMaxOutput
+	}
+	id, err := newRunID()
+	if err != nil {
+		return nil, err
+	}
+	env, err := r.runEnv(id, req)
+	if err != nil {
+		return nil, err
+	}
+	stdout := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStdoutLine})
+	stderr := output.NewCollector(output.Options{Limit: maxOutput})
+	tail := output.NewTail(stderrTail)
+
+	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", networkMode(req))
+	start := time.Now()
+	hardDeadline := start.Add(req.Timeout + r.grace)
+	setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
+	created, err := r.cli.ExecCreate(setupCtx, r.container, client.ExecCreateOptions{
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		Env: env, Cmd: []string{wrapper},
+	})
+	if err != nil {
+		cancelSetup()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("docker exec create: %w", err)
+	}
+	att, err := r.cli.ExecAttach(setupCtx, created.ID, client.ExecAttachOptions{})
+	cancelSetup()
+	if err != nil {
+		// The start may have reached the engine: make sure nothing runs.
+		r.kill(id)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("docker exec start: %w", err)
+	}
+	defer att.Close()
+
+	// One watcher cuts the run when its hard deadline passes or ctx ends:
+	// first the wrapper kills the run's processes, then the stream closes.
+	streamDone := make(chan struct{})
+	watchDone := make(chan stopReason, 1)
+	go func() {
+		timer := time.NewTimer(time.Until(hardDeadline))
+		defer timer.Stop()
+		why := stopNone
+		select {
+		case <-streamDone:
+		case <-timer.C:
+			why = stopTimeout
+		case <-ctx.Done():
+			why = stopCanceled
+		}
+		if why != stopNone {
+			r.kill(id)
+			att.Close()
+		}
+		watchDone <- why
+	}()
+	go func() {
+		// Errors here surface as the run's own outcome (it ended early).
+		_, _ = io.WriteString(att.Conn, req.Code)
+		_ = att.CloseWrite()
+	}()
+	_, copyErr := stdcopy.StdCopy(stdout, io.MultiWriter(stderr, tail), att.Reader)
+	duration := time.Since(start)
+	close(streamDone)
+	why := <-watchDone
+	stdout.Close()
+	stderr.Close()
+
+	if why == stopCanceled {
+		r.log.Info("canceled", "run", id, "duration", duration)
+		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+	}
+	res := &sandbox.Result{
+		Stdout:       stdout.String(),
+		Stderr:       stderr.String(),
+		Truncated:    stdout.Truncated() || stderr.Truncated(),
+		DroppedBytes: stdout.Dropped() + stderr.Dropped(),
+		Duration:     duration,
+	}
+	exitCode, inspectErr := r.exitCode(created.ID)
+	if why == stopTimeout {
+		// Killed from outside after the wrapper's own timeout failed to
+		// end it; the exit code may not be recorded yet.
+		res.TimedOut = true
+		res.ExitCode = 137
+		if inspectErr == nil && exitCode > 0 {
+			res.ExitCode = exitCode
+		}
+		r.logDone(id, res, stdout, stderr)
+		return res, nil
+	}
+	if inspectErr != nil {
+		if copyErr != nil {
+			return nil, fmt.Errorf("sandbox output stream broke: %v; exec inspect: %w", copyErr, inspectErr)
+		}
+		return nil, fmt.Errorf("docker exec inspect: %w", inspectErr)
+	}
+	res.ExitCode = exitCode
+	tailText := tail.String()
+	trailer := trailerSignal(tailText)
+	switch {
+	case exitCode == wrapperRefused && strings.HasPrefix(res.Stderr, wrapperPrefix) && trailer == 0:
+		return nil, fmt.Errorf("sandbox wrapper refused the run: %s", strings.TrimPrefix(firstLine(res.Stderr), wrapperPrefix))
+	case exitCode > 128 && trailer == 0:
+		// The wrapper did not outlive deno: the sandbox itself went down
+		// (killed, stopped or restarted) during the run.
+		return nil, fmt.Errorf("the sandbox container stopped during the run (exit status %d)", exitCode)
+	case exitCode > 128:
+		res.Stderr = stripTrailer(res.Stderr)
+		switch {
+		case duration >= req.Timeout && trailer == 9:
+			res.TimedOut = true
+		case hasOOMMarker(tailText):
+			res.OutOfMemory = true
+		case trailer == 9:
+			// Code cannot signal anything (no --allow-run) and the
+			// deadline has not passed: the container's memory limit.
+			res.OutOfMemory = true
+		}
+	}
+	if copyErr != nil {
+		r.log.Warn("output stream", "run", id, "err", copyErr)
+	}
+	r.logDone(id, res, stdout, stderr)
+	return res, nil
+}
+
+func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.Collector) {
+	r.log.Info("done", "run", id, "duration", res.Duration, "exit_code", res.ExitCode,
+		"timed_out", res.TimedOut, "oom", res.OutOfMemory,
+		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes)
+}
+
+// runEnv is the run's exec environment, checked as the filter will.
+func (r *Runner) runEnv(id string, req sandbox.Request) ([]string, error) {
+	if req.Timeout <= 0 || req.Timeout > maxTimeout {
+		return nil, fmt.Errorf("timeout is %v: want a positive duration of at most %v", req.Timeout, maxTimeout)
+	}
+	if req.MaxOutput < 0 {
+		return nil, fmt.Errorf("max output is %d bytes: want a positive number, or 0 for the default %d", req.MaxOutput, DefaultMaxOutput)
+	}
+	net := ""
+	switch {
+	case req.AllowAllHosts:
+		net = "*"
+	case len(req.AllowHosts) > 0:
+		for _, h := range req.AllowHosts {
+			if h == "" || strings.ContainsAny(h, ", *") {
+				return nil, fmt.Errorf("allowed host %q is not a host name or IP address with an optional port", h)
+			}
+		}
+		net = strings.Join(req.AllowHosts, ",")
+	}
+	for _, p := range req.ReadPaths {
+		if !path.IsAbs(p) || strings.Contains(p, ",") {
+			return nil, fmt.Errorf("read path %q must be an absolute path without commas", p)
+		}
+	}
+	env := []string{
+		"CODEFORGE_RUN_ID=" + id,
+		"CODEFORGE_TIMEOUT=" + timeoutSeconds(req.Timeout),
+		"CODEFORGE_ALLOW_NET=" + net,
+		"CODEFORGE_MEMORY_MB=" + strconv.Itoa(r.memoryMB),
+	}
+	if len(req.ReadPaths) > 0 {
+		env = append(env, "CODEFORGE_READ="+strings.Join(req.ReadPaths, ","))
+	}
+	if req.ProxyURL != "" {
+		if u, err := url.Parse(req.ProxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			// The URL holds the run's proxy secret: never echo it.
+			return nil, errors.New("proxy URL is not an http:// or https:// URL with a host")
+		}
+		env = append(env, "HTTPS_PROXY="+req.ProxyURL, "HTTP_PROXY="+req.ProxyURL)
+	}
+	if err := dockerfilter.CheckRunEnv(env); err != nil {
+		return nil, fmt.Errorf("run settings the sandbox refuses: %w", err)
+	}
+	return env, nil
+}
+
+// timeoutSeconds formats d as seconds with at most three decimals,
+// rounded up to the millisecond.
+func timeoutSeconds(d time.Duration) string {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	s := strconv.FormatInt(ms/1000, 10)
+	if frac := ms % 1000; frac != 0 {
+		s += strings.TrimRight(fmt.Sprintf(".%03d", frac), "0")
+	}
+	return s
+}
+
+// exitCode reads an exec's exit code, waiting briefly for the engine to
+// record it after the stream ended.
+func (r *Runner) exitCode(execID string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		insp, err := r.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if !insp.Running {
+			return insp.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("exec %s still running after its output ended", execID)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// controlResult is what a small wrapper exec printed.
+type controlResult struct {
+	stdout, stderr string
+	exitCode       int
+}
+
+// control runs `codeforge-run args...` without stdin and returns what it
+// printed (capped) and its exit code.
+func (r *Runner) control(ctx context.Context, args ...string) (controlResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	created, err := r.cli.ExecCreate(ctx, r.container, client.ExecCreateOptions{
+		AttachStdout: true, AttachStderr: true, Cmd: append([]string{wrapper}, args...),
+	})
+	if err != nil {
+		return controlResult{}, fmt.Errorf("docker exec create: %w", err)
+	}
+	att, err := r.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return controlResult{}, fmt.Errorf("docker exec start: %w", err)
+	}
+	defer att.Close()
+	stop := context.AfterFunc(ctx, att.Close)
+	defer stop()
+	stdout := output.NewCollector(output.Options{Limit: 4 << 10})
+	stderr := output.NewCollector(output.Options{Limit: 4 << 10})
+	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil && ctx.Err() != nil {
+		return controlResult{}, fmt.Errorf("codeforge-run %s: %w", strings.Join(args, " "), ctx.Err())
+	}
+	code, err := r.exitCode(created.ID)
+	if err != nil {
+		return controlResult{}, fmt.Errorf("docker exec inspect: %w", err)
+	}
+	return controlResult{stdout: stdout.String(), stderr: stderr.String(), exitCode: code}, nil
+}
+
+// kill makes the wrapper kill run id's process group and remove its
+// scratch directory. It is best effort: a failure is logged.
+func (r *Runner) kill(id string) {
+	res, err := r.control(context.Background(), "--kill", id)
+	switch {
+	case err != nil:
+		r.log.Warn("kill run", "run", id, "err", err)
+	case res.exitCode != 0 && res.exitCode != 3: // 3: the run had already ended
+		r.log.Warn("kill run", "run", id, "exit_code", res.exitCode, "stderr", firstLine(res.stderr))
+	default:
+		r.log.Info("killed run", "run", id)
+	}
+}
+
+// trailerSignal returns N when stderr ends with the wrapper's "deno ended
+// by signal N" line, else 0.
+func trailerSignal(tail string) int {
+	tail = strings.TrimSuffix(tail, "\n")
+	i := strings.LastIndexByte(tail, '\n')
+	last, ok := strings.CutPrefix(tail[i+1:], signalTrailer)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(last)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// stripTrailer removes the wrapper's trailer line from the end of stderr
+// (it is not the code's output).
+func stripTrailer(s string) string {
+	body := strings.TrimSuffix(s, "\n")
+	i := strings.LastIndexByte(body, '\n')
+	if strings.HasPrefix(body[i+1:], signalTrailer) {
+		return s[:i+1]
+	}
+	return s
+}
+
+func hasOOMMarker(s string) bool {
+	for _, m := range oomMarkers {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+func networkMode(req sandbox.Request) string {
+	switch {
+	case req.AllowAllHosts:
+		return "all"
+	case len(req.AllowHosts) > 0:
+		return strings.Join(req.AllowHosts, ",")
+	default:
+		return "none"
+	}
+}
+
+func newRunID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("run id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}

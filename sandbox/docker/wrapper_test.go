@@ -1,0 +1,177 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeforge/codeforge/sandbox"
+	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
+)
+
+// wrapperExec runs codeforge-run in the sandbox as the sandbox user
+// straight through the engine (no filter), so the wrapper's own checks
+// are what is tested.
+func wrapperExec(t *testing.T, sb *dockertest.Sandbox, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmdArgs := []string{"exec", "-i", "-u", "10001:10001"}
+	for _, e := range env {
+		cmdArgs = append(cmdArgs, "-e", e)
+	}
+	cmdArgs = append(cmdArgs, sb.ID, "/usr/local/bin/codeforge-run")
+	cmd := exec.CommandContext(ctx, "docker", append(cmdArgs, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr):
+		code = exitErr.ExitCode()
+	default:
+		t.Fatalf("docker exec: %v", err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestWrapper: codeforge-run checks its environment and arguments again
+// (defence in depth behind the filter): anything malformed is refused
+// with status 125 and a message, and nothing runs.
+func TestWrapper(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{NoFilter: true})
+	ok := []string{"CODEFORGE_RUN_ID=wrap1", "CODEFORGE_TIMEOUT=10"}
+	with := func(extra ...string) []string { return append(slices.Clone(ok), extra...) }
+
+	stdout, stderr, code := wrapperExec(t, sb, ok, `console.log("fine")`)
+	if code != 0 || stdout != "fine\n" || stderr != "" {
+		t.Fatalf("valid run: %d %q %q", code, stdout, stderr)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"no env", nil, nil, "CODEFORGE_RUN_ID"},
+		{"run id traversal", []string{"CODEFORGE_RUN_ID=../x", "CODEFORGE_TIMEOUT=1"}, nil, "CODEFORGE_RUN_ID"},
+		{"run id leading dash", []string{"CODEFORGE_RUN_ID=-x", "CODEFORGE_TIMEOUT=1"}, nil, "CODEFORGE_RUN_ID"},
+		{"no timeout", []string{"CODEFORGE_RUN_ID=a"}, nil, "CODEFORGE_TIMEOUT"},
+		{"timeout zero", []string{"CODEFORGE_RUN_ID=a", "CODEFORGE_TIMEOUT=0.000"}, nil, "CODEFORGE_TIMEOUT"},
+		{"timeout word", []string{"CODEFORGE_RUN_ID=a", "CODEFORGE_TIMEOUT=5s"}, nil, "CODEFORGE_TIMEOUT"},
+		{"timeout precision", []string{"CODEFORGE_RUN_ID=a", "CODEFORGE_TIMEOUT=1.2345"}, nil, "CODEFORGE_TIMEOUT"},
+		{"memory", with("CODEFORGE_MEMORY_MB=0"), nil, "CODEFORGE_MEMORY_MB"},
+		{"net space", with("CODEFORGE_ALLOW_NET=a.test b.test"), nil, "CODEFORGE_ALLOW_NET"},
+		{"net empty item", with("CODEFORGE_ALLOW_NET=a.test,,b.test"), nil, "CODEFORGE_ALLOW_NET"},
+		{"net flag", with("CODEFORGE_ALLOW_NET=--allow-all"), nil, "CODEFORGE_ALLOW_NET"},
+		{"read relative", with("CODEFORGE_READ=etc/passwd"), nil, "CODEFORGE_READ"},
+		{"read traversal", with("CODEFORGE_READ=/skills/../etc/passwd"), nil, "CODEFORGE_READ"},
+		{"read space", with("CODEFORGE_READ=/a b"), nil, "CODEFORGE_READ"},
+		{"proxy scheme", with("HTTPS_PROXY=socks5://proxy:1080"), nil, "HTTPS_PROXY"},
+		{"proxy chars", with("HTTP_PROXY=http://proxy:3128/$(id)"), nil, "HTTPS_PROXY"},
+		{"unknown flag", nil, []string{"--bogus"}, "usage"},
+		{"kill without id", nil, []string{"--kill"}, "usage"},
+		{"kill bad id", nil, []string{"--kill", "../../x"}, "--kill needs a run ID"},
+		{"check with args", nil, []string{"--check", "x"}, "usage"},
+	} {
+		stdout, stderr, code := wrapperExec(t, sb, tc.env, `console.log("ran")`, tc.args...)
+		if code != 125 || !strings.HasPrefix(stderr, "codeforge-run: ") || !strings.Contains(stderr, tc.want) || stdout != "" {
+			t.Errorf("%s: exit %d stdout %q stderr %q; want 125 and a message about %s", tc.name, code, stdout, stderr, tc.want)
+		}
+	}
+	// A run ID in use is refused, and the existing directory is untouched.
+	sb.Exec(t, "sh", "-c", "mkdir -p /tmp/runs/taken && echo keep >/tmp/runs/taken/f")
+	if _, stderr, code := wrapperExec(t, sb, []string{"CODEFORGE_RUN_ID=taken", "CODEFORGE_TIMEOUT=5"}, `console.log(1)`); code != 125 || !strings.Contains(stderr, "reused") {
+		t.Errorf("reused run ID: exit %d %q, want 125", code, stderr)
+	}
+	if got := sb.Exec(t, "cat", "/tmp/runs/taken/f"); got != "keep" {
+		t.Errorf("the existing run's file is %q", got)
+	}
+	if _, stderr, code := wrapperExec(t, sb, nil, "", "--kill", "nosuchrun"); code != 3 || !strings.Contains(stderr, "no run") {
+		t.Errorf("--kill of an unknown run: exit %d %q, want 3", code, stderr)
+	}
+	if _, _, code := wrapperExec(t, sb, nil, "", "--kill", "taken"); code != 0 {
+		t.Errorf("--kill of a run directory: exit %d, want 0", code)
+	}
+	if out := sb.Exec(t, "sh", "-c", `[ -e /tmp/runs/taken ] && echo exists || echo gone`); out != "gone" {
+		t.Errorf("--kill left the run directory: %s", out)
+	}
+	if _, stderr, code := wrapperExec(t, sb, nil, "", "--check"); code != 0 {
+		t.Errorf("--check: exit %d %q", code, stderr)
+	}
+}
+
+// TestRunProcess looks at a live run from outside (through the engine,
+// not the filter): deno runs as 10001 with no capabilities and no_new_privs, the
+// flags the contract names, and an environment holding nothing but its
+// own settings and proxy identity.
+func TestRunProcess(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{})
+	r := newRunner(t, Options{DockerHost: sb.FilterHost})
+	proxyURL := "http://run-abc:0123456789abcdef@proxy:3128"
+	// proc holds deno's /proc/<pid>/{environ,cmdline,status}, read while
+	// it runs.
+	got := make(chan map[string]string, 1)
+	res := mustRun(t, r, sandbox.Request{
+		Code:       `console.log("ready"); await new Promise((r) => setTimeout(r, 60000));`,
+		Timeout:    3 * time.Second,
+		AllowHosts: []string{"api.test"},
+		ProxyURL:   proxyURL,
+		OnStdoutLine: func(string) {
+			script := `for p in /proc/[0-9]*; do if [ "$(cat $p/comm 2>/dev/null)" = deno ]; then exec cat $p/$1; fi; done; exit 1`
+			proc := map[string]string{}
+			for _, name := range []string{"environ", "cmdline", "status"} {
+				out, err := exec.Command("docker", "exec", "-u", "10001:10001", sb.ID, "sh", "-c", script, "sh", name).Output()
+				if err != nil {
+					t.Errorf("read deno's /proc/%s: %v", name, err)
+				}
+				proc[name] = string(out)
+			}
+			got <- proc
+		},
+	})
+	if !res.TimedOut {
+		t.Errorf("result %+v, want the run to time out", res)
+	}
+	proc := <-got
+	env := strings.Split(strings.TrimRight(proc["environ"], "\x00"), "\x00")
+	slices.Sort(env)
+	scratch := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			scratch = v
+		}
+	}
+	want := []string{
+		"DENO_DIR=/tmp/deno-dir", "DENO_NO_PROMPT=1", "DENO_NO_UPDATE_CHECK=1", "DENO_CERT=/ca/ca.pem",
+		"HOME=" + scratch, "HTTPS_PROXY=" + proxyURL, "HTTP_PROXY=" + proxyURL, "NO_COLOR=1", "NO_PROXY=",
+		"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + scratch,
+		"http_proxy=" + proxyURL, "https_proxy=" + proxyURL, "no_proxy=",
+	}
+	slices.Sort(want)
+	if !slices.Equal(env, want) || !strings.HasPrefix(scratch, "/tmp/runs/") {
+		t.Errorf("deno's environment:\n%q\nwant:\n%q", env, want)
+	}
+	args := strings.Split(strings.TrimRight(proc["cmdline"], "\x00"), "\x00")
+	for _, a := range []string{"run", "--no-prompt", "--no-remote", "--no-npm", "--deny-env", "--deny-run", "--deny-ffi", "--deny-sys",
+		"--allow-net=api.test", "--allow-read=" + scratch + ",/skills", "--allow-write=" + scratch + ",/skills",
+		"--v8-flags=--max-old-space-size=256", "-"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("deno's command line %q lacks %s", args, a)
+		}
+	}
+	for _, line := range []string{"Uid:\t10001\t10001\t10001\t10001", "Gid:\t10001\t10001\t10001\t10001", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1"} {
+		if !strings.Contains(proc["status"], line+"\n") {
+			t.Errorf("deno's /proc status lacks %q:\n%s", line, proc["status"])
+		}
+	}
+}
