@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -98,6 +99,10 @@ func TestWrapper(t *testing.T) {
 	if _, stderr, code := wrapperExec(t, sb, nil, "", "--kill", "nosuchrun"); code != 3 || !strings.Contains(stderr, "no run") {
 		t.Errorf("--kill of an unknown run: exit %d %q, want 3", code, stderr)
 	}
+	// A run killed before it started never starts.
+	if stdout, stderr, code := wrapperExec(t, sb, []string{"CODEFORGE_RUN_ID=nosuchrun", "CODEFORGE_TIMEOUT=5"}, `console.log("ran")`); code != 137 || stdout != "" || !strings.Contains(stderr, "killed before it started") {
+		t.Errorf("run after its --kill: exit %d stdout %q stderr %q, want 137 and nothing run", code, stdout, stderr)
+	}
 	if _, _, code := wrapperExec(t, sb, nil, "", "--kill", "taken"); code != 0 {
 		t.Errorf("--kill of a run directory: exit %d, want 0", code)
 	}
@@ -173,5 +178,32 @@ func TestRunProcess(t *testing.T) {
 		if !strings.Contains(proc["status"], line+"\n") {
 			t.Errorf("deno's /proc status lacks %q:\n%s", line, proc["status"])
 		}
+	}
+}
+
+// TestKillRacesStart: a --kill sent while its run is still starting ends
+// the run whichever gets there first, and leaves nothing behind.
+func TestKillRacesStart(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{NoFilter: true})
+	for i := range 6 {
+		id := fmt.Sprintf("race%d", i)
+		done := make(chan string, 1)
+		go func() {
+			stdout, stderr, code := wrapperExec(t, sb, []string{"CODEFORGE_RUN_ID=" + id, "CODEFORGE_TIMEOUT=60"},
+				`await new Promise((r) => setTimeout(r, 15000)); console.log("finished")`)
+			t.Log(stderr)
+			done <- fmt.Sprintf("exit %d stdout %q", code, stdout)
+		}()
+		if i%2 == 1 {
+			time.Sleep(time.Duration(i) * 20 * time.Millisecond) // vary who wins; not an assertion
+		}
+		wrapperExec(t, sb, nil, "", "--kill", id)
+		if got := <-done; got != "exit 137 stdout \"\"" {
+			t.Errorf("run %s killed while starting: %s, want exit 137 without output", id, got)
+		}
+	}
+	if left := leftovers(t, sb); len(left) > 0 {
+		t.Errorf("left behind: %q", left)
 	}
 }
