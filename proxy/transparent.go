@@ -1,0 +1,226 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// peekTimeout bounds how long a redirected connection may take to send its
+// ClientHello or request head.
+const peekTimeout = 15 * time.Second
+
+// ServeTransparentConn serves one connection that iptables redirected to
+// the proxy; origDst is where the sandbox meant to go. The proxy reads the
+// TLS server name (or, for plain HTTP, the Host header), checks that the
+// name resolves to origDst's address, and then intercepts the connection
+// like a CONNECT tunnel to name:origDst.Port(), dialling only origDst's
+// address. Such connections carry the "transparent" identity: every active
+// API, logged under run id "transparent" (see TransparentLog).
+func (p *Proxy) ServeTransparentConn(conn net.Conn, origDst netip.AddrPort) {
+	tc := &trackedConn{Conn: conn, p: p}
+	if !p.track(tc) {
+		_ = conn.Close()
+		return
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(peekTimeout))
+	br := bufio.NewReaderSize(conn, 16<<10)
+	first, err := br.Peek(1)
+	if err != nil {
+		_ = tc.Close()
+		return
+	}
+	rec := &recorder{r: br}
+	var name string
+	isTLS := first[0] == 0x16 // TLS handshake record
+	if isTLS {
+		name, err = peekSNI(rec)
+	} else {
+		name, err = peekHost(rec)
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	log := p.log.With("run", p.transparent.id, "dst", origDst.String())
+	if err != nil {
+		log.Info("req", "status", 0, "blocked", "unreadable", "err", err.Error())
+		_ = tc.Close()
+		return
+	}
+	host, _, err := splitTarget(name, fmt.Sprint(origDst.Port()))
+	if err == nil {
+		err = p.checkNameMatches(host, origDst.Addr())
+	}
+	if err != nil {
+		log.Info("req", "host", name, "status", http.StatusMisdirectedRequest, "blocked", "name_mismatch", "err", err.Error())
+		if !isTLS {
+			resp := textResponse(nil, http.StatusMisdirectedRequest, "name_mismatch", "codeforge proxy: "+err.Error())
+			_ = resp.Write(tc)
+		}
+		_ = tc.Close()
+		return
+	}
+	replay := &replayConn{Conn: tc, r: io.MultiReader(bytes.NewReader(rec.buf.Bytes()), br)}
+	hostport := net.JoinHostPort(host, fmt.Sprint(origDst.Port()))
+	ctx := context.WithValue(context.Background(), runKey, p.transparent)
+	ctx = context.WithValue(ctx, pinnedKey, []netip.Addr{origDst.Addr().Unmap()})
+	req := (&http.Request{
+		Method:     http.MethodConnect,
+		URL:        &url.URL{Host: hostport},
+		Host:       hostport,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     http.Header{},
+		RemoteAddr: conn.RemoteAddr().String(),
+	}).WithContext(ctx)
+	// goproxy answers a CONNECT with "200 OK" before it intercepts; the
+	// redirected client sent no CONNECT, so that line is swallowed.
+	p.gp.ServeHTTP(&hijackWriter{conn: replay}, req)
+}
+
+// checkNameMatches refuses a server name that does not resolve to the
+// address the sandbox actually connected to, so a forged SNI or Host cannot
+// route the connection (and a credential) somewhere else.
+func (p *Proxy) checkNameMatches(host string, dst netip.Addr) error {
+	dst = dst.Unmap()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Unmap() == dst {
+			return nil
+		}
+		return fmt.Errorf("the connection went to %s but names %s", dst, host)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := p.resolve(ctx, host)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", host, err)
+	}
+	for _, a := range addrs {
+		if a.Unmap() == dst {
+			return nil
+		}
+	}
+	return fmt.Errorf("the connection went to %s, which is not an address of %s", dst, host)
+}
+
+// recorder keeps every byte read through it, so the peeked start of a
+// connection can be replayed.
+type recorder struct {
+	r   io.Reader
+	buf bytes.Buffer
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.buf.Write(p[:n])
+	return n, err
+}
+
+var errPeeked = errors.New("client hello read")
+
+// peekSNI reads a TLS ClientHello and returns its server name.
+func peekSNI(r io.Reader) (string, error) {
+	var name string
+	var seen bool
+	cfg := &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		name, seen = h.ServerName, true
+		return nil, errPeeked
+	}}
+	err := tls.Server(readOnlyConn{r: r}, cfg).Handshake()
+	if !seen {
+		return "", fmt.Errorf("read TLS client hello: %w", err)
+	}
+	if name == "" {
+		return "", errors.New("TLS client hello without a server name (SNI)")
+	}
+	return name, nil
+}
+
+// peekHost reads a plain HTTP request head and returns its Host.
+func peekHost(r io.Reader) (string, error) {
+	req, err := http.ReadRequest(bufio.NewReader(r))
+	if err != nil {
+		return "", fmt.Errorf("read HTTP request: %w", err)
+	}
+	if req.Host == "" {
+		return "", errors.New("HTTP request without a Host header")
+	}
+	return req.Host, nil
+}
+
+// readOnlyConn feeds a TLS server the recorded bytes and drops its replies
+// (the alert it sends when the peek stops the handshake).
+type readOnlyConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readOnlyConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c readOnlyConn) Write(p []byte) (int, error) { return len(p), nil }
+func (c readOnlyConn) Close() error                { return nil }
+func (c readOnlyConn) LocalAddr() net.Addr         { return &net.TCPAddr{} }
+func (c readOnlyConn) RemoteAddr() net.Addr        { return &net.TCPAddr{} }
+func (c readOnlyConn) SetDeadline(time.Time) error { return nil }
+func (c readOnlyConn) SetReadDeadline(time.Time) error {
+	return nil
+}
+func (c readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
+
+// replayConn reads the peeked bytes first, then the connection; its first
+// write (goproxy's CONNECT reply) is swallowed.
+type replayConn struct {
+	net.Conn
+	r       io.Reader
+	mu      sync.Mutex
+	replied bool
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *replayConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if !c.replied {
+		c.replied = true
+		c.mu.Unlock()
+		if bytes.HasPrefix(p, []byte("HTTP/1.")) {
+			return len(p), nil
+		}
+		return c.Conn.Write(p)
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// hijackWriter hands goproxy the redirected connection as if it were a
+// hijacked CONNECT request.
+type hijackWriter struct {
+	conn   net.Conn
+	header http.Header
+}
+
+func (w *hijackWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = http.Header{}
+	}
+	return w.header
+}
+
+func (w *hijackWriter) Write(p []byte) (int, error) { return w.conn.Write(p) }
+
+func (w *hijackWriter) WriteHeader(status int) {
+	_, _ = fmt.Fprintf(w.conn, "HTTP/1.1 %d %s\r\n\r\n", status, http.StatusText(status))
+}
+
+func (w *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return w.conn, bufio.NewReadWriter(bufio.NewReader(strings.NewReader("")), bufio.NewWriter(w.conn)), nil
+}
