@@ -3,13 +3,143 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
 
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/sandbox"
+	"github.com/codeforge/codeforge/sandbox/docker"
+)
+
+// The docker backend's settings, from the environment (compose sets them):
+//
+//	DOCKER_HOST               the socket filter, unix:///run/codeforge-filter/docker.sock
+//	SANDBOX_CONTAINER         the sandbox's name for the filter (default "sandbox")
+//	PROXY_CONTROL_URL         the proxy's control API, e.g. http://proxy:3129
+//	PROXY_CONTROL_TOKEN_FILE  the control API's bearer token, written by the
+//	                          proxy (or PROXY_CONTROL_TOKEN with the value)
+//	SANDBOX_PROXY_URL         the proxy as the sandbox reaches it, e.g. http://proxy:3128
+const (
+	envDockerHost        = "DOCKER_HOST"
+	envSandboxContainer  = "SANDBOX_CONTAINER"
+	envControlURL        = "PROXY_CONTROL_URL"
+	envControlToken      = "PROXY_CONTROL_TOKEN"
+	envControlTokenFile  = "PROXY_CONTROL_TOKEN_FILE"
+	envSandboxProxyURL   = "SANDBOX_PROXY_URL"
+	controlTokenMinChars = 16
 )
 
 // buildDockerBackend builds the Docker sandbox runner and the gate of the
-// proxy container for `serve --sandbox docker`.
+// proxy container for `serve --sandbox docker`. Nothing is contacted here:
+// the proxy's token file may not exist yet when the server starts, so the
+// gate reads it when first needed, and /health (Ready) stays "starting"
+// until the proxy answers and the sandbox passes its check.
 func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy.Gate, error) {
-	return nil, nil, errors.New("docker backend not built yet: use --sandbox local (SANDBOX_BACKEND=local)")
+	get := func(name string) string {
+		v, _ := cfg.Getenv(name)
+		return strings.TrimSpace(v)
+	}
+	host := get(envDockerHost)
+	if host == "" {
+		host = docker.DefaultDockerHost
+	}
+	controlURL, sandboxProxyURL := get(envControlURL), get(envSandboxProxyURL)
+	token, tokenFile := get(envControlToken), get(envControlTokenFile)
+	switch {
+	case controlURL == "":
+		return nil, nil, fmt.Errorf("%s is not set: the docker backend needs the proxy's control API (e.g. http://proxy:3129)", envControlURL)
+	case sandboxProxyURL == "":
+		return nil, nil, fmt.Errorf("%s is not set: give the proxy as the sandbox reaches it (e.g. http://proxy:3128)", envSandboxProxyURL)
+	case token == "" && tokenFile == "":
+		return nil, nil, fmt.Errorf("neither %s nor %s is set: give the proxy's control token file", envControlTokenFile, envControlToken)
+	case token != "" && tokenFile != "":
+		return nil, nil, fmt.Errorf("both %s and %s are set: keep one", envControlToken, envControlTokenFile)
+	}
+	// Check both URLs now, so a typo fails at start rather than at the
+	// first run (the placeholder token is never sent anywhere).
+	if _, err := proxy.NewControlClient(controlURL, strings.Repeat("x", controlTokenMinChars), sandboxProxyURL, nil); err != nil {
+		return nil, nil, err
+	}
+	runner, err := docker.New(docker.Options{
+		DockerHost: host,
+		Container:  get(envSandboxContainer),
+		MemoryMB:   cfg.MemoryMB,
+		Logger:     cfg.Logger,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	gate := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile}
+	return &dockerRunner{Runner: runner, gate: gate}, gate, nil
+}
+
+// controlGate is the proxy's control API as a Gate, connected on first
+// use: the proxy writes its token file when it starts, which may be after
+// the server.
+type controlGate struct {
+	controlURL, sandboxProxyURL string
+	token, tokenFile            string
+
+	mu     sync.Mutex
+	client *proxy.ControlClient
+}
+
+func (g *controlGate) connect() (*proxy.ControlClient, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client != nil {
+		return g.client, nil
+	}
+	token := g.token
+	if token == "" {
+		b, err := os.ReadFile(g.tokenFile)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("control token file %s (%s) does not exist yet: is the proxy up?", g.tokenFile, envControlTokenFile)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("control token file (%s): %w", envControlTokenFile, err)
+		}
+		token = strings.TrimSpace(string(b))
+		if len(token) < controlTokenMinChars {
+			return nil, fmt.Errorf("control token file %s (%s) is empty or too short: the proxy may still be writing it", g.tokenFile, envControlTokenFile)
+		}
+	}
+	c, err := proxy.NewControlClient(g.controlURL, token, g.sandboxProxyURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	g.client = c
+	return c, nil
+}
+
+// Open asks the proxy for a run identity.
+func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, error) {
+	c, err := g.connect()
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	return c.Open(ctx, spec)
+}
+
+// dockerRunner is the docker runner whose readiness also needs the proxy:
+// a run without it would fail its first request.
+type dockerRunner struct {
+	*docker.Runner
+	gate *controlGate
+}
+
+// Ready reports "starting: …" until the proxy's control API answers and
+// the sandbox passes codeforge-run --check (deno starts, the proxy's CA
+// is there).
+func (r *dockerRunner) Ready(ctx context.Context) error {
+	c, err := r.gate.connect()
+	if err == nil {
+		err = c.Health(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("starting: proxy: %w", err)
+	}
+	return r.Runner.Ready(ctx)
 }
