@@ -19,6 +19,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +28,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -310,6 +313,7 @@ func Start(t testing.TB, opts Options) *Sandbox {
 	if opts.TmpfsMB == 0 {
 		opts.TmpfsMB = 64
 	}
+	reapOnce.Do(ReapStale)
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	name := "cf-test-sandbox-" + hex.EncodeToString(b)
@@ -321,7 +325,8 @@ func Start(t testing.TB, opts Options) *Sandbox {
 		"--tmpfs", "/skills:rw,nosuid,nodev,size=16m,uid=10001,gid=10001,mode=0755",
 		"--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--memory", fmt.Sprintf("%dm", opts.MemoryMB), "--memory-swap", fmt.Sprintf("%dm", opts.MemoryMB),
-		"--pids-limit", fmt.Sprint(opts.PidsLimit), "--network", "none", "--user", "10001:10001"}
+		"--pids-limit", fmt.Sprint(opts.PidsLimit), "--network", "none", "--user", "10001:10001",
+		"--label", fmt.Sprintf("%s=%d", OwnerLabel, os.Getpid())}
 	args = append(args, opts.Args...)
 	id := run(t, append(args, opts.Image)...)
 	sb := &Sandbox{Name: name, ID: id}
@@ -329,6 +334,33 @@ func Start(t testing.TB, opts Options) *Sandbox {
 		sb.FilterHost = StartFilter(t, name, opts.Logger)
 	}
 	return sb
+}
+
+// OwnerLabel marks containers started by tests with the PID of the test
+// process, so a later run can remove those of a process that was killed
+// before its cleanup ran.
+const OwnerLabel = "codeforge-test-pid"
+
+var reapOnce sync.Once
+
+// ReapStale removes the test containers whose owning test process (see
+// OwnerLabel) no longer exists on this machine.
+func ReapStale() {
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label="+OwnerLabel,
+		"--format", `{{.ID}} {{.Label "`+OwnerLabel+`"}}`).Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		id, pidText, ok := strings.Cut(line, " ")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+	}
 }
 
 // StartFilter serves a socket filter for the named sandbox container on a
