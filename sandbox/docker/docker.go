@@ -335,7 +335,13 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		DroppedBytes: stdout.Dropped() + stderr.Dropped(),
 		Duration:     duration,
 	}
-	exitCode, inspectErr := r.exitCode(created.ID)
+	wait := controlTimeout
+	if why == stopTimeout {
+		// The stream was cut by the runner: the process may not have
+		// ended if the kill failed; do not wait long for it.
+		wait = 2 * time.Second
+	}
+	exitCode, inspectErr := r.exitCode(created.ID, wait)
 	if why == stopTimeout {
 		// Killed from outside after the wrapper's own timeout failed to
 		// end it; the exit code may not be recorded yet.
@@ -447,12 +453,12 @@ func timeoutSeconds(d time.Duration) string {
 	return s
 }
 
-// exitCode reads an exec's exit code, waiting briefly for the engine to
-// record it after the stream ended.
-func (r *Runner) exitCode(execID string) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+// exitCode reads an exec's exit code, waiting up to wait for the engine
+// to record it after the stream ended.
+func (r *Runner) exitCode(execID string, wait time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
 		insp, err := r.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
 		if err != nil {
 			return 0, err
@@ -463,7 +469,7 @@ func (r *Runner) exitCode(execID string) (int, error) {
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("exec %s still running after its output ended", execID)
-		case <-time.After(wait):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -497,7 +503,7 @@ func (r *Runner) control(ctx context.Context, args ...string) (controlResult, er
 	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil && ctx.Err() != nil {
 		return controlResult{}, fmt.Errorf("codeforge-run %s: %w", strings.Join(args, " "), ctx.Err())
 	}
-	code, err := r.exitCode(created.ID)
+	code, err := r.exitCode(created.ID, controlTimeout)
 	if err != nil {
 		return controlResult{}, fmt.Errorf("docker exec inspect: %w", err)
 	}

@@ -102,6 +102,18 @@ func TestRunner(t *testing.T) {
 			t.Errorf("left behind after a timeout: %q", left)
 		}
 	})
+	t.Run("timeout enforced from outside", func(t *testing.T) {
+		// With no grace the runner's own deadline comes before the
+		// wrapper's (which starts later): the runner kills the run.
+		eager := newRunner(t, Options{DockerHost: sb.FilterHost, Grace: time.Nanosecond})
+		res := mustRun(t, eager, sandbox.Request{Code: `console.log("before"); while (true) {}`, Timeout: time.Second})
+		if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "before\n" {
+			t.Errorf("result %+v, want timed out with 137 and the partial output", res)
+		}
+		if left := leftovers(t, sb); len(left) > 0 {
+			t.Errorf("left behind after a timeout enforced from outside: %q", left)
+		}
+	})
 	t.Run("cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
