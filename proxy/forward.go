@@ -271,12 +271,12 @@ func (x *exchange) outgoing(fwd *apiRules) (*http.Request, error) {
 	if fwd != nil {
 		fwdRaw, fwdPath, fwdQuery = fwd.fwd, fwd.fwdPath, fwd.fwdQuery
 	}
-	debugHeaders := map[string]string{}
+	debugHeaders := http.Header{}
 	for k, vs := range h {
 		for i, v := range vs {
 			if p.set.Debug {
 				r, _ := p.redact.String(v)
-				debugHeaders[k] = r
+				debugHeaders[k] = append(debugHeaders[k], r)
 			}
 			v = sub(v, fwdRaw)
 			if fwd != nil && strings.EqualFold(k, "Authorization") {
@@ -501,7 +501,7 @@ func (x *exchange) incoming(resp *http.Response) *http.Response {
 
 	if x.rules == nil {
 		// Not an API host: nothing of ours was sent there, nothing to take back.
-		out.Body = x.responseBody(out.StatusCode, resp.Body, resp.Body, nil, noBody)
+		out.Body = x.responseBody(out, resp.Body, resp.Body, nil, noBody)
 		return out
 	}
 
@@ -548,7 +548,7 @@ func (x *exchange) incoming(resp *http.Response) *http.Response {
 	out.ContentLength = -1
 	if noBody {
 		out.ContentLength = 0
-		out.Body = x.responseBody(out.StatusCode, resp.Body, resp.Body, nil, true)
+		out.Body = x.responseBody(out, resp.Body, resp.Body, nil, true)
 		return out
 	}
 	decoded, err := decodeBody(resp.Body, encodings)
@@ -558,16 +558,18 @@ func (x *exchange) incoming(resp *http.Response) *http.Response {
 			fmt.Sprintf("codeforge proxy: %s sent a body the proxy cannot decode (%s); refused rather than passed through", x.t.display(), x.p.scrub(err.Error())))
 	}
 	rd := rev.Reader(decoded)
-	out.Body = x.responseBody(out.StatusCode, rd, resp.Body, rd, false)
+	out.Body = x.responseBody(out, rd, resp.Body, rd, false)
 	return out
 }
 
 // responseBody wraps what the client reads; it keeps the network log and
 // writes the request's log lines when the body ends.
-func (x *exchange) responseBody(status int, r io.Reader, c io.Closer, rev *rewrite.Reader, empty bool) io.ReadCloser {
+func (x *exchange) responseBody(resp *http.Response, r io.Reader, c io.Closer, rev *rewrite.Reader, empty bool) io.ReadCloser {
+	status := resp.StatusCode
 	b := &respBody{x: x, status: status, r: r, c: c, rev: rev}
 	if x.p.set.Debug {
 		b.dbg = &capture{}
+		b.header = resp.Header.Clone()
 	}
 	x.t.run.update(x.entry, func(e *NetEntry) { e.Status = status })
 	if empty {
@@ -583,6 +585,7 @@ func (x *exchange) responseBody(status int, r io.Reader, c io.Closer, rev *rewri
 type respBody struct {
 	x      *exchange
 	status int
+	header http.Header // for DEBUG_MODE
 	r      io.Reader
 	c      io.Closer
 	rev    *rewrite.Reader
@@ -620,7 +623,8 @@ func (b *respBody) finish(err error) {
 			x.log.Info("sanitize", "host", x.t.display(), "where", "body", "count", b.rev.Count())
 		}
 		if b.dbg != nil {
-			x.log.Debug("payload", "dir", "in", "host", x.t.display(), "body", x.p.scrub(b.dbg.String()))
+			x.log.Debug("payload", "dir", "in", "host", x.t.display(), "status", b.status,
+				"headers", x.p.scrub(headerString(b.header)), "body", x.p.scrub(b.dbg.String()))
 		}
 		x.finish(b.status, b.n, "", err)
 	})
@@ -732,4 +736,11 @@ func (c *capture) String() string {
 		return c.buf.String() + "…(truncated)"
 	}
 	return c.buf.String()
+}
+
+// headerString renders headers for a debug log line.
+func headerString(h http.Header) string {
+	var b strings.Builder
+	_ = h.WriteSubset(&b, nil)
+	return strings.TrimSpace(strings.ReplaceAll(b.String(), "\r\n", "; "))
 }

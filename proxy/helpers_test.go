@@ -45,6 +45,9 @@ const (
 var testHosts = []string{"api.test", "beta.test", "other.test", "b.test"}
 
 func testResolver(ctx context.Context, host string) ([]netip.Addr, error) {
+	if host == "far.test" { // somewhere else entirely; never dialled
+		return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
+	}
 	for _, h := range testHosts {
 		if host == h {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
@@ -102,7 +105,7 @@ type upstreamPKI struct {
 	leaf  tls.Certificate
 }
 
-var pkiOnce = sync.OnceValue(func() *upstreamPKI { return newPKI([]string{"api.test", "beta.test", "other.test", "b.test"}) })
+var pkiOnce = sync.OnceValue(func() *upstreamPKI { return newPKI([]string{"api.test", "beta.test", "other.test", "b.test", "localhost"}) })
 
 func newPKI(names []string) *upstreamPKI {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -170,7 +173,7 @@ func startUpstream(t testing.TB, h http.HandlerFunc, useTLS bool, cert tls.Certi
 		u.mu.Lock()
 		u.reqs = append(u.reqs, seenRequest{Method: r.Method, Host: r.Host, URI: r.RequestURI, Header: r.Header.Clone(), Body: string(body)})
 		u.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
 		if h != nil {
 			h(w, r)
 		}
