@@ -105,7 +105,9 @@ type upstreamPKI struct {
 	leaf  tls.Certificate
 }
 
-var pkiOnce = sync.OnceValue(func() *upstreamPKI { return newPKI([]string{"api.test", "beta.test", "other.test", "b.test", "localhost"}) })
+var pkiOnce = sync.OnceValue(func() *upstreamPKI {
+	return newPKI([]string{"api.test", "beta.test", "other.test", "b.test", "localhost"})
+})
 
 func newPKI(names []string) *upstreamPKI {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

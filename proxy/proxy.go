@@ -92,6 +92,7 @@ type ctxKey int
 const (
 	runKey    ctxKey = iota // *run of the authenticated client
 	pinnedKey               // []netip.Addr the dial must use (transparent mode)
+	connKey                 // the client's net.Conn (a *trackedConn)
 )
 
 // New builds a Proxy. It does not listen; call Serve.
@@ -151,6 +152,9 @@ func New(opts Options) (*Proxy, error) {
 		MaxIdleConnsPerHost:   32,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		// A client that went away cannot cancel a request inside a tunnel,
+		// so an upstream that never answers is given up on.
+		ResponseHeaderTimeout: 5 * time.Minute,
 	}
 	p.gp = p.newGoproxy()
 	return p, nil
@@ -205,7 +209,10 @@ func (p *Proxy) CACertFile() string { return p.ca.CertFile() }
 // Serve accepts explicit proxy clients on l until Close or Shutdown.
 func (p *Proxy) Serve(l net.Listener) error {
 	srv := &http.Server{
-		Handler:           p,
+		Handler: p,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey, c)
+		},
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -308,11 +315,31 @@ type trackedConn struct {
 	net.Conn
 	p    *Proxy
 	once sync.Once
+	mu   sync.Mutex
+	run  *run // the run whose tunnel this is, if any
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() { c.p.untrack(c) })
+	c.once.Do(func() {
+		c.p.untrack(c)
+		c.mu.Lock()
+		r := c.run
+		c.mu.Unlock()
+		if r != nil {
+			r.dropTunnel(c)
+		}
+	})
 	return c.Conn.Close()
+}
+
+// bindRun ties a tunnel to its run so finishing the run closes it.
+func (c *trackedConn) bindRun(r *run) {
+	c.mu.Lock()
+	c.run = r
+	c.mu.Unlock()
+	if !r.addTunnel(c) {
+		_ = c.Close() // the run finished meanwhile
+	}
 }
 
 // CloseWrite and CloseRead keep half-close working through the wrapper.
@@ -418,6 +445,9 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	if err != nil {
 		ctx.Resp = textResponse(ctx.Req, http.StatusBadRequest, "bad_target", "codeforge proxy: "+err.Error())
 		return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
+	}
+	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok && rn != p.transparent {
+		tc.bindRun(rn)
 	}
 	pinned, _ := ctx.Req.Context().Value(pinnedKey).([]netip.Addr)
 	ctx.UserData = &target{run: rn, host: h, port: port, pinned: pinned}

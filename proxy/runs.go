@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -37,6 +38,27 @@ type run struct {
 	entries []*NetEntry
 	dropped int
 	revoked bool
+	tunnels map[io.Closer]struct{} // open CONNECT tunnels, closed on finish
+}
+
+// addTunnel registers an open tunnel; false when the run has finished.
+func (r *run) addTunnel(c io.Closer) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revoked {
+		return false
+	}
+	if r.tunnels == nil {
+		r.tunnels = map[io.Closer]struct{}{}
+	}
+	r.tunnels[c] = struct{}{}
+	return true
+}
+
+func (r *run) dropTunnel(c io.Closer) {
+	r.mu.Lock()
+	delete(r.tunnels, c)
+	r.mu.Unlock()
 }
 
 func (r *run) allows(api string) bool {
@@ -159,7 +181,13 @@ func (g *registry) finish(id string) (*run, bool) {
 	if ok {
 		r.mu.Lock()
 		r.revoked = true
+		tunnels := r.tunnels
+		r.tunnels = nil
 		r.mu.Unlock()
+		// A finished run keeps no way out: its tunnels close too.
+		for c := range tunnels {
+			_ = c.Close()
+		}
 	}
 	return r, ok
 }
