@@ -301,9 +301,16 @@ func TestRestrictedMethods(t *testing.T) {
 		{"X-Method-Override", "POST", "/v1/x", map[string]string{"X-Method-Override": "Delete"}},
 		{"_method query", "POST", "/v1/x?_method=DELETE", nil},
 		{"_method query put", "GET", "/v1/x?a=1&_method=put", nil},
+		{"_method after ;", "POST", "/v1/x?a=1;_method=DELETE", nil},
+		{"_method escaped", "POST", "/v1/x?%5Fmethod=DEL%45TE", nil},
+		{"_method form field", "POST", "/v1/x", map[string]string{"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}},
 	}
 	for _, tc := range cases {
-		resp, body := do(t, c, tc.method, up.url("api.test", tc.path), strings.NewReader("{}"), tc.header)
+		body := "{}"
+		if tc.header["Content-Type"] != "" {
+			body = "name=x&_method=delete"
+		}
+		resp, body := do(t, c, tc.method, up.url("api.test", tc.path), strings.NewReader(body), tc.header)
 		if resp.StatusCode != http.StatusForbidden {
 			t.Errorf("%s: status %d, want 403", tc.name, resp.StatusCode)
 			continue
@@ -319,6 +326,14 @@ func TestRestrictedMethods(t *testing.T) {
 	// Unrestricted methods and other APIs' hosts pass.
 	if resp, _ := do(t, c, "POST", up.url("api.test", "/v1/x"), strings.NewReader("{}"), nil); resp.StatusCode != 200 {
 		t.Errorf("POST: status %d", resp.StatusCode)
+	}
+	// A form without an override passes whole.
+	form := "a=ALPHA_TOKEN&b=" + strings.Repeat("x", 100<<10)
+	resp, _ := do(t, c, "POST", up.url("api.test", "/v1/form"), strings.NewReader(form), map[string]string{"Content-Type": "application/x-www-form-urlencoded"})
+	if resp.StatusCode != 200 {
+		t.Errorf("form POST: status %d", resp.StatusCode)
+	} else if got := up.seen()[1].Body; got != strings.Replace(form, "ALPHA_TOKEN", alphaSecret, 1) {
+		t.Errorf("form POST: upstream got %d bytes, substituted=%v", len(got), strings.Contains(got, alphaSecret))
 	}
 	if resp, _ := do(t, c, "DELETE", up.url("beta.test", "/v1/x"), nil, nil); resp.StatusCode != 200 {
 		t.Errorf("DELETE on beta: status %d", resp.StatusCode)
