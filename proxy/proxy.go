@@ -138,6 +138,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.state.Store(st)
+	p.warnRedactionOverlap(opts.APIs)
 	p.transport = &http.Transport{
 		// Never an environment proxy: the proxy is the way out.
 		Proxy:       nil,
@@ -199,8 +200,21 @@ func (p *Proxy) Reload(set *apis.Set) error {
 		return fmt.Errorf("proxy: reload: %w", err)
 	}
 	p.state.Store(st)
+	p.warnRedactionOverlap(set)
 	p.log.Info("reload", "apis", len(set.Active()))
 	return nil
+}
+
+// warnRedactionOverlap warns when redaction, which runs first, would
+// break a token name so it is never substituted.
+func (p *Proxy) warnRedactionOverlap(set *apis.Set) {
+	for _, a := range set.Active() {
+		for _, name := range a.TokenNames() {
+			if out, n := p.redact.String(name); n > 0 {
+				p.log.Warn("a REDACTING_STRINGS entry is part of a token name, which will never be substituted", "api", a.Name, "token", name, "becomes", out)
+			}
+		}
+	}
 }
 
 // CACertFile is the path of the CA certificate the sandbox must trust.
@@ -401,6 +415,9 @@ func (p *Proxy) servePlain(w http.ResponseWriter, r *http.Request, rn *run) {
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = vs
+	}
+	if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil // pass the upstream's headers as they are: no sniffing
 	}
 	if resp.ContentLength >= 0 && resp.Body != http.NoBody {
 		h.Set("Content-Length", fmt.Sprint(resp.ContentLength))
