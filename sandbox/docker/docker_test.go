@@ -148,6 +148,13 @@ func TestRunner(t *testing.T) {
 				t.Errorf("result %+v, want exit 3 with oops on stderr", res)
 			}
 		})
+		t.Run("exit code above 128", func(t *testing.T) {
+			t.Parallel()
+			res := mustRun(t, r, sandbox.Request{Code: `console.error("bye"); Deno.exit(200)`})
+			if res.ExitCode != 200 || res.Stderr != "bye\n" || res.TimedOut || res.OutOfMemory {
+				t.Errorf("result %+v, want exit 200 with only the code's stderr", res)
+			}
+		})
 		t.Run("syntax error", func(t *testing.T) {
 			t.Parallel()
 			res := mustRun(t, r, sandbox.Request{Code: `this is not typescript`})
