@@ -147,7 +147,7 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 	}{
 		{"unknown backend", []string{"--sandbox", "vm"}, nil, []string{"--sandbox (SANDBOX_BACKEND)", `"vm"`}},
 		{"backend from env", nil, map[string]string{"SANDBOX_BACKEND": "podman"}, []string{"SANDBOX_BACKEND", "podman"}},
-		{"docker not built yet", []string{"--sandbox", "docker"}, nil, []string{"docker backend not built yet"}},
+		{"docker without the proxy control API", []string{"--sandbox", "docker"}, nil, []string{"PROXY_CONTROL_URL is not set"}},
 		{"bad concurrency", nil, map[string]string{"MAX_CONCURRENT_RUNS": "many"}, []string{"MAX_CONCURRENT_RUNS", `"many"`}},
 		{"zero concurrency", []string{"--max-concurrent", "0"}, nil, []string{"--max-concurrent", "at least 1"}},
 		{"bad output cap", []string{"--max-output", "-1"}, nil, []string{"MAX_OUTPUT_BYTES"}},

@@ -40,6 +40,12 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	} else {
 		selected = set.Active()
 	}
+	// A backend that is not ready yet (Docker: the sandbox has not got the
+	// proxy's CA, or the proxy is not up) would fail the run in a confusing
+	// way, e.g. a TLS error on the first fetch; say so plainly instead.
+	if err := s.opts.Runner.Ready(ctx); err != nil {
+		return toolError("execute_code: CodeForge is still starting (%v); nothing ran, try again in a few seconds", err), nil
+	}
 	if s.opts.Settings.Debug {
 		s.log.Debug("execute_code submitted", "bytes", len(args.Code), "apis", args.APIs, "timeout", args.Timeout, "code", args.Code)
 	}

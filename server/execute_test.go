@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/sandbox"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -389,5 +390,31 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// notReadyRunner is the real local runner with a backend that reports it
+// is still starting, as the Docker backend does until the sandbox trusts
+// the proxy's CA.
+type notReadyRunner struct{ sandbox.Runner }
+
+func (notReadyRunner) Ready(context.Context) error {
+	return errors.New("starting: sandbox has no CA certificate yet")
+}
+
+func TestExecuteWhileStarting(t *testing.T) {
+	t.Parallel()
+	var runner *countingRunner
+	h := newHarness(t, harnessConfig{edit: func(o *Options) {
+		runner = o.Runner.(*countingRunner)
+		o.Runner = notReadyRunner{Runner: runner}
+	}})
+	res := h.run(`console.log("ran")`)
+	text := allText(res)
+	if !res.IsError || !strings.Contains(text, "still starting") || !strings.Contains(text, "no CA certificate") || !strings.Contains(text, "nothing ran") {
+		t.Errorf("IsError %v, text %q; want a clear starting error", res.IsError, text)
+	}
+	if n := runner.runs.Load(); n != 0 {
+		t.Errorf("%d runs started while the backend was not ready", n)
 	}
 }
