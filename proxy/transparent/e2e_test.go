@@ -4,12 +4,12 @@ package transparent_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"github.com/codeforge/codeforge/internal/testenv"
 	"io"
 	"log/slog"
 	"net"
@@ -127,23 +127,8 @@ func proxyHelper(raw string) int {
 	return 0
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer = testenv.LogBuffer
 
 // TestTransparentProxyEndToEnd: a client with no proxy settings, in its own
 // namespace, calls https://api.test with a credential's name; iptables in

@@ -15,8 +15,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -77,14 +75,6 @@ const (
 	// readyFor is how long a successful Ready check is trusted.
 	readyFor = 5 * time.Second
 )
-
-// oomMarkers are what V8 prints when the heap cap is hit, before it aborts.
-var oomMarkers = []string{
-	"Fatal JavaScript out of memory",
-	"Fatal process out of memory",
-	"Reached heap limit",
-	"JavaScript heap out of memory",
-}
 
 // Options configures a Runner.
 type Options struct {
@@ -252,7 +242,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if maxOutput == 0 {
 		maxOutput = DefaultMaxOutput
 	}
-	id, err := newRunID()
+	id, err := sandbox.NewRunID()
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +254,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	stderr := output.NewCollector(output.Options{Limit: maxOutput})
 	tail := output.NewTail(stderrTail)
 
-	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", networkMode(req))
+	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode())
 	start := time.Now()
 	hardDeadline := start.Add(req.Timeout + r.grace)
 	setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
@@ -374,7 +364,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		switch {
 		case duration >= req.Timeout && trailer == 9:
 			res.TimedOut = true
-		case hasOOMMarker(tailText):
+		case sandbox.HasV8OOMMarker(tailText):
 			res.OutOfMemory = true
 		case trailer == 9:
 			// Code cannot signal anything (no --allow-run) and the
@@ -549,34 +539,6 @@ func stripTrailer(s string) string {
 		return s[:i+1]
 	}
 	return s
-}
-
-func hasOOMMarker(s string) bool {
-	for _, m := range oomMarkers {
-		if strings.Contains(s, m) {
-			return true
-		}
-	}
-	return false
-}
-
-func networkMode(req sandbox.Request) string {
-	switch {
-	case req.AllowAllHosts:
-		return "all"
-	case len(req.AllowHosts) > 0:
-		return strings.Join(req.AllowHosts, ",")
-	default:
-		return "none"
-	}
-}
-
-func newRunID() (string, error) {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("run id: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 func firstLine(s string) string {

@@ -11,8 +11,6 @@ package local
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -62,14 +60,6 @@ const stderrTail = 8 << 10
 // waitDelay bounds how long Wait waits for output pipes after the process
 // is gone or killed (only a stray descendant could hold them open).
 const waitDelay = 5 * time.Second
-
-// oomMarkers are what V8 prints when the heap cap is hit, before it aborts.
-var oomMarkers = []string{
-	"Fatal JavaScript out of memory",
-	"Fatal process out of memory",
-	"Reached heap limit",
-	"JavaScript heap out of memory",
-}
 
 // hostPattern is what an --allow-net entry may look like: a host name or IP
 // literal with an optional port. It keeps out the commas and spaces that
@@ -250,7 +240,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if maxOutput == 0 {
 		maxOutput = DefaultMaxOutput
 	}
-	id, err := newRunID()
+	id, err := sandbox.NewRunID()
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +285,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	cmd.WaitDelay = waitDelay
 
-	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", networkMode(req))
+	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode())
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		r.log.Warn("start failed", "run", id, "err", err)
@@ -463,17 +453,6 @@ func BareCommand(ctx context.Context, denoPath, dir, code string) *exec.Cmd {
 	return cmd
 }
 
-func networkMode(req sandbox.Request) string {
-	switch {
-	case req.AllowAllHosts:
-		return "all"
-	case len(req.AllowHosts) > 0:
-		return strings.Join(req.AllowHosts, ",")
-	default:
-		return "none"
-	}
-}
-
 // limitData caps the data size (RLIMIT_DATA: heap, anonymous and other
 // private writable mappings) of process pid at limit bytes, or at its
 // current hard limit if that is lower.
@@ -522,12 +501,7 @@ func isOOM(state *os.ProcessState, stderrTail string) bool {
 	if !ok || !ws.Signaled() {
 		return false
 	}
-	for _, m := range oomMarkers {
-		if strings.Contains(stderrTail, m) {
-			return true
-		}
-	}
-	return false
+	return sandbox.HasV8OOMMarker(stderrTail)
 }
 
 // removeScratch deletes a run's scratch directory, first making writable
@@ -545,14 +519,6 @@ func (r *Runner) removeScratch(id, dir string) {
 	if err := os.RemoveAll(dir); err != nil {
 		r.log.Warn("remove scratch dir", "run", id, "dir", dir, "err", err)
 	}
-}
-
-func newRunID() (string, error) {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("run id: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // FindDeno looks for the deno executable: $DENO_BIN, then each directory of
