@@ -422,7 +422,8 @@ func position(data []byte, off int64) string {
 }
 
 // validate checks a decoded config and turns it into an API (without the
-// cross-API checks, which Load does once every file is read).
+// cross-API checks, which Load does once every file is read). A nil getenv
+// leaves credential values unread (LoadNames).
 func validate(fe *fileErrors, name string, c *Config, getenv func(string) (string, bool)) *API {
 	api := &API{
 		Name:        name,
@@ -459,6 +460,10 @@ func validate(fe *fileErrors, name string, c *Config, getenv func(string) (strin
 		}
 		// On failure the name is kept (with no value) so the cross-API
 		// checks still see it; Load returns no Set when anything failed.
+		if getenv == nil { // LoadNames: token names only, no secret read
+			api.Credentials[token] = ""
+			continue
+		}
 		value, _ := resolveValue(fe, field, c.Credentials[token], getenv)
 		api.Credentials[token] = value
 	}

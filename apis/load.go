@@ -32,6 +32,21 @@ import (
 // getenv resolves "${NAME}" credential values (os.LookupEnv fits, after
 // settings.LoadDotenv).
 func Load(dir string, getenv settings.Getenv) (*Set, error) {
+	if getenv == nil {
+		return nil, errors.New("apis.Load: nil getenv; use LoadNames to load without secrets")
+	}
+	return load(dir, getenv)
+}
+
+// LoadNames is Load for a process that must hold no secret (the server of
+// the Docker deployment, where only the proxy holds them): everything is
+// validated as by Load except the credential values, which are neither
+// read nor resolved — each API's Credentials maps its token names to "".
+func LoadNames(dir string) (*Set, error) {
+	return load(dir, nil)
+}
+
+func load(dir string, getenv settings.Getenv) (*Set, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return newSet(nil), nil
@@ -192,7 +207,7 @@ func crossCheck(apis []*API, files map[*API]string) []error {
 	for _, a := range apis {
 		for _, t := range a.TokenNames() {
 			for _, u := range tokens {
-				if strings.Contains(a.Credentials[t], u.token) {
+				if v := a.Credentials[t]; v != "" && strings.Contains(v, u.token) {
 					errs = append(errs, fmt.Errorf("%s: credentials.%s: the secret value contains the token name %q (API %q); reverse substitution would be ambiguous, so rename the token",
 						files[a], t, u.token, u.api.Name))
 				}

@@ -516,3 +516,48 @@ func TestNilSet(t *testing.T) {
 		t.Errorf("nil Set Resolve = %v", err)
 	}
 }
+
+func TestLoadNamesReadsNoSecret(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"stripe/config.json": `{
+			"domains": ["api.stripe.com"],
+			"credentials": {"STRIPE_AUTH_TOKEN": "${STRIPE_SECRET_KEY}", "STRIPE_ACCOUNT": "acct_literal_value"},
+			"restricted_methods": ["DELETE"]
+		}`,
+	})
+	// The variable is unset: Load must fail, LoadNames must not need it.
+	if _, err := Load(dir, envOf(nil)); err == nil {
+		t.Fatal("Load without the variable: no error")
+	}
+	set, err := LoadNames(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := set.Get("stripe")
+	if !ok {
+		t.Fatal(`Get("stripe") not found`)
+	}
+	if got := s.TokenNames(); !slices.Equal(got, []string{"STRIPE_ACCOUNT", "STRIPE_AUTH_TOKEN"}) {
+		t.Errorf("token names %v", got)
+	}
+	for token, value := range s.Credentials {
+		if value != "" {
+			t.Errorf("credentials.%s holds %q; LoadNames must hold no value", token, value)
+		}
+	}
+	if !slices.Equal(s.RestrictedMethods, []string{"DELETE"}) || !slices.Equal(s.Domains, []string{"api.stripe.com"}) {
+		t.Errorf("domains %v, restricted %v", s.Domains, s.RestrictedMethods)
+	}
+	// Everything but the values is still validated.
+	bad := t.TempDir()
+	writeTree(t, bad, map[string]string{"x/config.json": `{"domains": ["https://x.example"], "credentials": {"x": "${X}"}}`})
+	_, err = LoadNames(bad)
+	if err == nil || !strings.Contains(err.Error(), "domains[0]") || !strings.Contains(err.Error(), `token name "x"`) {
+		t.Errorf("LoadNames of a bad config: %v; want the domain and token name problems", err)
+	}
+	if _, err := Load(dir, nil); err == nil || !strings.Contains(err.Error(), "LoadNames") {
+		t.Errorf("Load with nil getenv: %v; want an error pointing at LoadNames", err)
+	}
+}

@@ -335,7 +335,14 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	if cfg.SkillsDir, err = ensureDir(*skillsDir, "--skills-dir (SKILLS_DIR)", 0o755); err != nil {
 		return nil, err
 	}
-	if cfg.APIs, err = apis.Load(cfg.APIsDir, getenv); err != nil {
+	// The Docker deployment keeps every secret in the proxy container: its
+	// server reads token names only. The local backend's in-process proxy
+	// needs the values.
+	load := func(dir string) (*apis.Set, error) { return apis.Load(dir, getenv) }
+	if cfg.Backend == "docker" {
+		load = apis.LoadNames
+	}
+	if cfg.APIs, err = load(cfg.APIsDir); err != nil {
 		return nil, fmt.Errorf("API configs in %s (--apis-dir, APIS_DIR):\n%w", cfg.APIsDir, err)
 	}
 	return cfg, nil

@@ -120,6 +120,10 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	deno := testenv.Deno(t)
 	badAPIs := writeAPIs(t, map[string]string{"bad": `{"domains": ["https://bad.test/"]}`})
+	// A config whose secret is not in the server's environment: the docker
+	// backend's server reads token names only, so it must get past loading
+	// (and fail later, on the missing proxy control URL).
+	secretAPIs := writeAPIs(t, map[string]string{"pay": `{"domains": ["pay.test"], "credentials": {"PAY_TOKEN": "${PAY_SECRET}"}}`})
 	emptyToken := filepath.Join(t.TempDir(), "token")
 	writeFile(t, emptyToken, "\n")
 	cases := []struct {
@@ -131,6 +135,8 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 		{"unknown backend", []string{"--sandbox", "vm"}, nil, []string{"--sandbox (SANDBOX_BACKEND)", `"vm"`}},
 		{"backend from env", nil, map[string]string{"SANDBOX_BACKEND": "podman"}, []string{"SANDBOX_BACKEND", "podman"}},
 		{"docker without the proxy control API", []string{"--sandbox", "docker"}, nil, []string{"PROXY_CONTROL_URL is not set"}},
+		{"local backend needs the secret", []string{"--apis-dir", secretAPIs}, nil, []string{"PAY_SECRET is not set"}},
+		{"docker backend reads no secret", []string{"--sandbox", "docker", "--apis-dir", secretAPIs}, nil, []string{"PROXY_CONTROL_URL is not set"}},
 		{"bad concurrency", nil, map[string]string{"MAX_CONCURRENT_RUNS": "many"}, []string{"MAX_CONCURRENT_RUNS", `"many"`}},
 		{"zero concurrency", []string{"--max-concurrent", "0"}, nil, []string{"--max-concurrent", "at least 1"}},
 		{"bad output cap", []string{"--max-output", "-1"}, nil, []string{"MAX_OUTPUT_BYTES"}},
