@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -180,8 +185,12 @@ func testRawTCP(t *testing.T, st *stack, cs *mcp.ClientSession) {
 	}()
 	hostPort := host.Addr().(*net.TCPAddr).Port
 
-	if err := st.tcpProbe(t, "proxy", 3128); err != nil {
-		t.Fatalf("the probe cannot even reach the proxy (it must): %v", err)
+	if err := st.tcpProbe(t, sandboxProxyAddr, 3128); err != nil {
+		t.Fatalf("the probe cannot even reach the proxy at %s:3128 (it must): %v", sandboxProxyAddr, err)
+	}
+	// No DNS for the sandbox user either: no lookups, no DNS tunnelling.
+	if out, err := st.sandboxExec(t, "10001:10001", "getent", "hosts", "proxy"); err == nil {
+		t.Errorf("the sandbox user resolved a name: %s", out)
 	}
 	targets := []struct {
 		name, host string
@@ -192,7 +201,8 @@ func testRawTCP(t *testing.T, st *stack, cs *mcp.ClientSession) {
 		{"the server", st.containerIP(t, "server", "egress"), 8080},
 		{"the server by name", "server", 8080},
 		{"the proxy's control API", st.containerIP(t, "proxy", "control-net"), 3129},
-		{"the proxy's control port on sandbox-net", "proxy", 3129},
+		{"the proxy's control port on sandbox-net", st.containerIP(t, "proxy", "sandbox-net"), 3129},
+		{"the proxy's control port at its sandbox address", sandboxProxyAddr, 3129},
 		{"the host through the sandbox network's gateway", st.networkGateway(t, "sandbox-net"), hostPort},
 		{"the host through the egress network's gateway", st.networkGateway(t, "egress"), hostPort},
 	}
@@ -303,24 +313,47 @@ for (const [name, f] of Object.entries(tries)) {
 		t.Errorf("from code:\n%s", text(res))
 	}
 
-	// What is in the sandbox container at all, looked at as root by the
-	// harness: no Docker or filter socket, no CA key or control token,
-	// no secret value in any file or process environment.
-	find, err := st.sandboxExec(t, "0:0", "find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", ")", "-prune", "-o",
-		"(", "-name", "*.sock", "-o", "-name", "ca.key", "-o", "-name", "token", "-o", "-type", "s", ")", "-print")
-	if err != nil || strings.TrimSpace(find) != "" {
-		t.Errorf("sockets or keys in the sandbox (err %v):\n%s", err, find)
+	// What is in the sandbox container at all, looked at from the host:
+	// no Docker or filter socket, no CA key or control token, no secret
+	// value in any file or process environment.
+	root := st.sandboxRoot(t)
+	secret := []byte(st.secret)
+	var found []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		rel := strings.TrimPrefix(path, root)
+		if err != nil {
+			found = append(found, fmt.Sprintf("%s: %v", rel, err))
+			return nil
+		}
+		switch {
+		case d.IsDir() && (rel == "/proc" || rel == "/sys" || rel == "/dev"):
+			return fs.SkipDir
+		case d.Type()&fs.ModeSocket != 0, d.Name() == "ca.key", d.Name() == "token", strings.HasSuffix(d.Name(), ".sock"):
+			found = append(found, rel+": a socket or key file")
+		case d.Type().IsRegular():
+			data, err := os.ReadFile(path)
+			if err != nil {
+				found = append(found, fmt.Sprintf("%s: %v", rel, err))
+			} else if bytes.Contains(data, secret) {
+				found = append(found, rel+": holds the secret value")
+			}
+		}
+		return nil // symlinks are not followed: they point into the container
+	})
+	if err != nil || len(found) > 0 {
+		t.Errorf("in the sandbox's filesystem (walk error %v):\n%s", err, strings.Join(found, "\n"))
 	}
-	if out, err := st.sandboxExec(t, "0:0", "ls", "-A", "/ca"); err != nil || strings.TrimSpace(out) != "ca.pem" {
-		t.Errorf("/ca holds %q (err %v), want only ca.pem", out, err)
+	if entries, err := os.ReadDir(filepath.Join(root, "ca")); err != nil || len(entries) != 1 || entries[0].Name() != "ca.pem" {
+		t.Errorf("/ca holds %v (err %v), want only ca.pem", entries, err)
 	}
-	grep, err := st.sandboxExec(t, "0:0", "grep", "-r", "-l", "-F", "-s", "--exclude-dir=proc", "--exclude-dir=sys", "--", st.secret, "/")
-	if err == nil || strings.TrimSpace(grep) != "" {
-		t.Errorf("the secret is in the sandbox's files:\n%s", grep)
-	}
-	environ, err := st.sandboxExec(t, "0:0", "sh", "-c", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'")
-	if err != nil || strings.Contains(environ, st.secret) {
-		t.Errorf("the secret is in a sandbox process's environment or arguments (err %v)", err)
+	for _, p := range st.sandboxProcesses(t) {
+		pid := strings.Fields(p)[1]
+		for _, f := range []string{"environ", "cmdline"} {
+			data, err := os.ReadFile(filepath.Join("/proc", pid, f))
+			if err == nil && bytes.Contains(data, secret) {
+				t.Errorf("the secret is in the %s of sandbox process %s", f, p)
+			}
+		}
 	}
 	for _, svc := range []string{"sandbox", "netguard", "server", "dockerfilter"} {
 		if env := inspect(t, st.container(t, svc), "{{json .Config.Env}} {{json .Config.Cmd}}"); strings.Contains(env, st.secret) {
@@ -367,8 +400,8 @@ func testTimeoutLeavesNoProcess(t *testing.T, st *stack, cs *mcp.ClientSession) 
 	if left := denoProcesses(st.sandboxProcesses(t)); len(left) > 0 {
 		t.Errorf("processes left behind after the timeout:\n%s", strings.Join(left, "\n"))
 	}
-	if out, _ := st.sandboxExec(t, "0:0", "sh", "-c", "ls -A /tmp/runs 2>/dev/null"); strings.TrimSpace(out) != "" {
-		t.Errorf("scratch directories left behind: %s", out)
+	if entries, err := os.ReadDir(filepath.Join(st.sandboxRoot(t), "tmp", "runs")); err != nil && !errors.Is(err, fs.ErrNotExist) || len(entries) > 0 {
+		t.Errorf("scratch directories left behind in /tmp/runs: %v (err %v)", entries, err)
 	}
 }
 
@@ -508,9 +541,7 @@ func testSandboxKilled(t *testing.T, st *stack, cs *mcp.ClientSession) {
 	}
 
 	// The restart policy brings it back, the server notices on its own.
-	waitFor(t, 2*time.Minute, "the sandbox to restart", func() bool {
-		return inspect(t, id, "{{.RestartCount}}") != restarts && inspect(t, id, "{{.State.Running}}") == "true"
-	})
+	st.waitRestarted(t, "sandbox", restarts)
 	st.waitReady(t, 2*time.Minute)
 	res := run(t, cs, `console.log("back")`, nil)
 	if res.IsError || stdout(res) != "back\n" {
@@ -548,9 +579,7 @@ func testProxyDown(t *testing.T, st *stack, cs *mcp.ClientSession) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill proxy %d: %v", pid, err)
 	}
-	waitFor(t, 2*time.Minute, "the proxy to restart", func() bool {
-		return inspect(t, id, "{{.RestartCount}}") != restarts && inspect(t, id, "{{.State.Running}}") == "true"
-	})
+	st.waitRestarted(t, "proxy", restarts)
 	st.waitReady(t, 2*time.Minute)
 	if res := run(t, cs, fetch, apis); res.IsError || !strings.HasPrefix(stdout(res), "200\n") {
 		t.Fatalf("a fetch after the proxy crashed and restarted: %s", text(res))

@@ -39,6 +39,9 @@ const (
 	apiName    = "testapi" // directory name of the test API config
 	apiHost    = "api"     // the api service's name: the host code fetches
 	tokenName  = "TOKEN_NAME"
+	// sandboxProxyAddr is the proxy's address inside the sandbox's network
+	// namespace (deploy/sandbox/netguard).
+	sandboxProxyAddr = "192.0.2.1"
 
 	// reaperEnv makes the test binary act as the reaper (see TestMain).
 	reaperEnv = "CF_E2E_REAPER"
@@ -386,6 +389,19 @@ func (st *stack) sandboxExec(tb testing.TB, user string, args ...string) (string
 	return docker(ctx, append([]string{"exec", "-u", user, st.container(tb, "sandbox")}, args...)...)
 }
 
+// sandboxRoot is the sandbox container's filesystem as its processes see
+// it (root, volumes, tmpfs), through /proc/<init pid>/root on the host: the
+// harness looks at everything there without needing anything inside (an
+// exec as root would still lack the capabilities to read the runs' 0700
+// directories). Needs root on the host, as the e2e tests do anyway.
+func (st *stack) sandboxRoot(tb testing.TB) string {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Fatal("the e2e tests inspect the sandbox's filesystem through /proc/<pid>/root: run them as root")
+	}
+	return "/proc/" + inspect(tb, st.container(tb, "sandbox"), "{{.State.Pid}}") + "/root"
+}
+
 // health asks the server's /health once.
 func (st *stack) health(ctx context.Context) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", st.port), nil)
@@ -433,6 +449,23 @@ func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// waitRestarted waits until service's container has restarted (its restart
+// count is no longer before) and Docker lists it as running again — the
+// list, not inspect, because that is what the socket filter looks at.
+func (st *stack) waitRestarted(tb testing.TB, service, before string) {
+	tb.Helper()
+	id := st.container(tb, service)
+	waitFor(tb, 2*time.Minute, service+" to restart", func() bool {
+		if inspect(tb, id, "{{.RestartCount}}") == before {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := docker(ctx, "ps", "-q", "--no-trunc", "--filter", "id="+id, "--filter", "status=running")
+		return err == nil && strings.TrimSpace(out) == id
+	})
 }
 
 // events records the notifications a client session received.
