@@ -53,7 +53,11 @@ usable() { have_image "$1" || { [ "$offline" = 0 ] && docker pull -q "$1" >/dev/
 debian=${CODEFORGE_DEBIAN_BASE:-debian:bookworm-slim}
 deno=${CODEFORGE_DENO_IMAGE:-denoland/deno:bin-2.9.6}
 if [ "$offline" = 1 ] || ! usable "$debian" || ! usable "$deno"; then
-	echo "rebuild.sh: base images cannot be pulled; building local ones (deploy/build-base-images.sh, about a minute)" >&2
+	if [ "$offline" = 1 ]; then
+		echo "rebuild.sh: --offline: using local base images (deploy/build-base-images.sh, about a minute the first time)" >&2
+	else
+		echo "rebuild.sh: $debian or $deno cannot be pulled; building local base images (deploy/build-base-images.sh, about a minute)" >&2
+	fi
 	deploy/build-base-images.sh
 	debian=codeforge/debian-base:bookworm
 	deno=codeforge/deno:bin-2.9.6
@@ -75,7 +79,7 @@ health() {
 	else
 		# bash's /dev/tcp: enough for one GET on loopback.
 		local status
-		exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+		{ exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 1
 		printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$port" >&3
 		read -r -t 5 _ status _ <&3 || status=""
 		exec 3<&- 3>&-
