@@ -232,6 +232,22 @@ const (
 // down), or ctx ended first (the run is killed and the error wraps
 // ctx.Err()).
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	res, err := r.run(ctx, req)
+	if err != nil && ctx.Err() == nil {
+		// The sandbox or the filter may be gone: /health and the next
+		// call must check again rather than trust an earlier success.
+		r.forgetReady()
+	}
+	return res, err
+}
+
+func (r *Runner) forgetReady() {
+	r.readyMu.Lock()
+	r.readyAt = time.Time{}
+	r.readyMu.Unlock()
+}
+
+func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	if r.closed.Load() {
 		return nil, errors.New("docker sandbox is closed")
 	}

@@ -362,6 +362,11 @@ func TestRunnerSandboxGone(t *testing.T) {
 	t.Parallel()
 	sb := dockertest.Start(t, dockertest.Options{})
 	r := newRunner(t, Options{DockerHost: sb.FilterHost})
+	// A fresh success is cached; the failed run below must drop it, or
+	// /health would say ready while the sandbox restarts.
+	if err := r.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
 	res, err := r.Run(context.Background(), sandbox.Request{
 		Code:         `console.log("running"); while (true) {}`,
 		Timeout:      time.Minute,
