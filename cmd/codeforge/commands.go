@@ -12,5 +12,6 @@ func commands() map[string]command {
 		"serve":        server.Command,
 		"proxy":        proxy.Command,
 		"dockerfilter": dockerfilter.Command,
+		"health":       health,
 	}
 }

@@ -21,6 +21,7 @@ commands:
   serve         run the MCP server (Streamable HTTP on /mcp)
   proxy         run the egress proxy (credential substitution)
   dockerfilter  run the Docker socket filter
+  health URL    exit 0 iff GET URL answers 200 (container health checks)
 
 Each command reads .env from the working directory (or $CODEFORGE_ENV_FILE)
 without overriding variables already set; "codeforge <command> -h" lists its flags.

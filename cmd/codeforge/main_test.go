@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -50,5 +53,35 @@ func TestSubcommandFlagErrorsAreReported(t *testing.T) {
 		if !strings.Contains(err.Error()+stderr.String(), "no-such-flag") {
 			t.Errorf("%s --no-such-flag: err %v, stderr %q; want the bad flag named", name, err, stderr.String())
 		}
+	}
+}
+
+func TestHealth(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"ok"}`) }))
+	defer ok.Close()
+	starting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"status":"starting","reason":"proxy not up"}`)
+	}))
+	defer starting.Close()
+	ctx := context.Background()
+	if err := run(ctx, []string{"health", ok.URL + "/health"}, io.Discard); err != nil {
+		t.Errorf("healthy: %v", err)
+	}
+	if err := run(ctx, []string{"health", starting.URL}, io.Discard); err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "proxy not up") {
+		t.Errorf("starting: %v; want the status and the reason", err)
+	}
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	if err := run(ctx, []string{"health", closed.URL}, io.Discard); err == nil {
+		t.Error("nothing listening: no error")
+	}
+	for _, args := range [][]string{{"health"}, {"health", "a", "b"}, {"health", "--help"}} {
+		if err := run(ctx, args, io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v; want usage", args, err)
+		}
+	}
+	if err := run(ctx, []string{"health", "127.0.0.1:8080/health"}, io.Discard); err == nil || !strings.Contains(err.Error(), "want an http(s) URL") {
+		t.Errorf("URL without scheme: %v", err)
 	}
 }
