@@ -26,7 +26,8 @@ fail() {
 
 # 1. packages
 missing=""
-command -v docker >/dev/null 2>&1 || missing="$missing docker.io"
+# dockerd, not docker: these machines ship a docker client without an engine.
+command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || missing="$missing docker.io"
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing="$missing iptables"
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing="$missing debootstrap"
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing="$missing iproute2"
