@@ -11,10 +11,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/codeforge/codeforge/apis"
@@ -29,6 +32,9 @@ import (
 // config is everything `codeforge serve` was told, after flags, the
 // environment and defaults. Backends are built from it.
 type config struct {
+	// loadAPIs reads the API configs: with their secrets (local backend,
+	// whose proxy runs in-process) or token names only (docker).
+	loadAPIs       func(dir string) (*apis.Set, error)
 	Addr           string
 	Backend        string
 	APIsDir        string
@@ -79,15 +85,18 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	var (
 		runner sandbox.Runner
 		gate   proxy.Gate
+		// reloadProxy hands a reloaded API set to the in-process proxy.
+		reloadProxy = func(*apis.Set) error { return nil }
 	)
 	switch cfg.Backend {
 	case "local":
-		var stop func()
-		runner, gate, stop, err = buildLocalBackend(cfg)
+		var px *proxy.Proxy
+		runner, px, err = buildLocalBackend(cfg)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		defer px.Close()
+		gate, reloadProxy = px, px.Reload
 	case "docker":
 		runner, gate, err = buildDockerBackend(ctx, cfg)
 		if err != nil {
@@ -100,11 +109,12 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	if err != nil {
 		return fmt.Errorf("skills directory: %w", err)
 	}
-	set := cfg.APIs
+	var current atomic.Pointer[apis.Set]
+	current.Store(cfg.APIs)
 	srv, err := New(Options{
 		Runner:             runner,
 		Gate:               gate,
-		APIs:               func() *apis.Set { return set },
+		APIs:               current.Load,
 		Skills:             store,
 		Settings:           cfg.Settings,
 		MaxConcurrent:      cfg.MaxConcurrent,
@@ -134,10 +144,13 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelWarn),
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log.Info("codeforge serving",
 		"url", "http://"+ln.Addr().String()+"/mcp",
 		"backend", cfg.Backend,
-		"apis", len(set.Active()),
+		"apis", len(cfg.APIs.Active()),
 		"network", networkSummary(gate, cfg.Settings.YOLO),
 		"token", cfg.Token != "",
 		"skills_dir", cfg.SkillsDir,
@@ -145,10 +158,16 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+wait:
+	for {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serve: %w", err)
+		case <-hup:
+			reloadAPIs(cfg, &current, reloadProxy, log)
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	log.Info("shutting down", "grace", shutdownGrace)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
@@ -162,20 +181,35 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	return nil
 }
 
+// reloadAPIs re-reads the API configs on SIGHUP. An invalid new set is
+// logged and the old one kept, in the server and its in-process proxy alike.
+func reloadAPIs(cfg *config, current *atomic.Pointer[apis.Set], reloadProxy func(*apis.Set) error, log *slog.Logger) {
+	set, err := cfg.loadAPIs(cfg.APIsDir)
+	if err == nil {
+		err = reloadProxy(set)
+	}
+	if err != nil {
+		log.Error("API configs not reloaded; keeping the previous ones", "dir", cfg.APIsDir, "err", err)
+		return
+	}
+	current.Store(set)
+	log.Info("API configs reloaded", "dir", cfg.APIsDir, "apis", set.Names())
+}
+
 // buildLocalBackend starts the in-process proxy on a loopback port and a
 // local Deno runner that trusts its CA.
-func buildLocalBackend(cfg *config) (sandbox.Runner, proxy.Gate, func(), error) {
+func buildLocalBackend(cfg *config) (sandbox.Runner, *proxy.Proxy, error) {
 	deno, err := local.FindDeno(cfg.Getenv)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("local sandbox: %w", err)
+		return nil, nil, fmt.Errorf("local sandbox: %w", err)
 	}
 	authority, err := ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("proxy CA: %w", err)
+		return nil, nil, fmt.Errorf("proxy CA: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("proxy listen: %w", err)
+		return nil, nil, fmt.Errorf("proxy listen: %w", err)
 	}
 	px, err := proxy.New(proxy.Options{
 		PublicURL:             "http://" + ln.Addr().String(),
@@ -188,7 +222,7 @@ func buildLocalBackend(cfg *config) (sandbox.Runner, proxy.Gate, func(), error) 
 	})
 	if err != nil {
 		ln.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	go func() {
 		if err := px.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
@@ -205,9 +239,9 @@ func buildLocalBackend(cfg *config) (sandbox.Runner, proxy.Gate, func(), error) 
 	})
 	if err != nil {
 		px.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return runner, px, func() { px.Close() }, nil
+	return runner, px, nil
 }
 
 func networkSummary(gate proxy.Gate, yolo bool) string {
@@ -338,11 +372,11 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	// The Docker deployment keeps every secret in the proxy container: its
 	// server reads token names only. The local backend's in-process proxy
 	// needs the values.
-	load := func(dir string) (*apis.Set, error) { return apis.Load(dir, getenv) }
+	cfg.loadAPIs = func(dir string) (*apis.Set, error) { return apis.Load(dir, getenv) }
 	if cfg.Backend == "docker" {
-		load = apis.LoadNames
+		cfg.loadAPIs = apis.LoadNames
 	}
-	if cfg.APIs, err = load(cfg.APIsDir); err != nil {
+	if cfg.APIs, err = cfg.loadAPIs(cfg.APIsDir); err != nil {
 		return nil, fmt.Errorf("API configs in %s (--apis-dir, APIS_DIR):\n%w", cfg.APIsDir, err)
 	}
 	return cfg, nil

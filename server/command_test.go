@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,5 +182,93 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 				t.Errorf("serve logged that it was serving")
 			}
 		})
+	}
+}
+
+// TestCommandReloadsAPIsOnSIGHUP: SIGHUP re-reads the API configs for the
+// server and its in-process proxy; an invalid new set is logged and the
+// old one kept.
+func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
+	deno := testenv.Deno(t)
+	dir := t.TempDir()
+	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["first.test"], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
+	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret", "SECOND_KEY": "second-secret"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Command(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
+			"--skills-dir", filepath.Join(dir, "skills")}, envMap(env), &stderr)
+	}()
+	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
+	var url string
+	waitFor(t, "the startup line", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+		default:
+		}
+		m := urlRE.FindStringSubmatch(stderr.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "reload-test", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	listAPIs := func() string {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list_apis", Arguments: map[string]any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return allText(res)
+	}
+	// With the proxy's set reloaded too, a run may name the new API.
+	runWith := func(api string) *mcp.CallToolResult {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": `console.log("ok")`, "apis": []string{api}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	hupAndWait := func(line string, count int) {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, line, func() bool { return strings.Count(stderr.String(), line) >= count })
+	}
+
+	if text := listAPIs(); !strings.Contains(text, "first") || strings.Contains(text, "SECOND_TOKEN") {
+		t.Fatalf("list_apis before reload: %s", text)
+	}
+	writeFile(t, filepath.Join(apisDir, "second", "config.json"), `{"domains": ["second.test"], "credentials": {"SECOND_TOKEN": "${SECOND_KEY}"}}`)
+	hupAndWait("API configs reloaded", 1)
+	if text := listAPIs(); !strings.Contains(text, "SECOND_TOKEN") {
+		t.Errorf("list_apis after reload lacks the new API: %s", text)
+	}
+	if res := runWith("second"); res.IsError {
+		t.Errorf("run with the reloaded API: %s", allText(res))
+	}
+
+	writeFile(t, filepath.Join(apisDir, "broken", "config.json"), `{"domains": ["https://broken.test/"]}`)
+	hupAndWait("API configs not reloaded", 1)
+	if text := listAPIs(); !strings.Contains(text, "SECOND_TOKEN") || strings.Contains(text, "broken") {
+		t.Errorf("list_apis after a bad reload: %s; want the previous set", text)
+	}
+	if res := runWith("second"); res.IsError {
+		t.Errorf("run after a bad reload: %s", allText(res))
+	}
+	if logs := stderr.String(); strings.Contains(logs, "first-secret") || strings.Contains(logs, "second-secret") {
+		t.Errorf("a secret reached the log:\n%s", logs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve: %v", err)
 	}
 }
