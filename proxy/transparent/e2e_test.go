@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if cfg, ok := os.LookupEnv(helperEnv); ok {
 		os.Exit(proxyHelper(cfg))
 	}
+	if spec, ok := os.LookupEnv(dropHelperEnv); ok {
+		os.Exit(dropHelper(spec))
+	}
 	os.Exit(m.Run())
 }
 
