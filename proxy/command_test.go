@@ -197,6 +197,19 @@ func TestCommandFlagErrors(t *testing.T) {
 		{[]string{"--no-such-flag"}, none, "no-such-flag"},
 		{[]string{}, env("YOLO_MODE", "maybe"), "YOLO_MODE"},
 		{[]string{}, env("ALLOW_PRIVATE_UPSTREAMS", "perhaps"), "ALLOW_PRIVATE_UPSTREAMS"},
+		{[]string{"--transparent-uid", "10001"}, none, "--transparent-uid applies to --mode transparent only"},
+		{[]string{"--run-as", "10001:10002"}, none, "--run-as applies to --mode transparent only"},
+		{[]string{"--mode", "transparent", "--transparent-uid", "sandbox"}, none, `--transparent-uid "sandbox": want a numeric id`},
+		{[]string{"--mode", "transparent", "--transparent-uid", "0"}, none, "above 0"},
+		{[]string{"--mode", "transparent"}, env("PROXY_TRANSPARENT_GID", "-3"), `--transparent-gid "-3"`},
+		{[]string{"--mode", "transparent", "--run-as", "10001"}, none, `--run-as "10001": want uid:gid`},
+		{[]string{"--mode", "transparent", "--run-as", "0:0"}, none, "--run-as"},
+		// The proxy would lock itself out: refused before anything happens.
+		{[]string{"--mode", "transparent", "--listen", "127.0.0.1:0", "--transparent-uid", "10001", "--transparent-gid", "10001", "--run-as", "10001:10001"}, none, "loop back"},
+		{[]string{"--mode", "transparent", "--listen", "127.0.0.1:0", "--transparent-uid", "10001", "--run-as", "10001:10002"}, none, "loop back"},
+		// Invalid rules are refused before iptables is touched.
+		{[]string{"--mode", "transparent", "--listen", "127.0.0.1:0", "--transparent-uid", "10001", "--transparent-interface", "eth0"}, none, "one or the other"},
+		{[]string{"--mode", "transparent", "--listen", "127.0.0.1:0", "--transparent-uid", "10001", "--transparent-dns", "dns.local"}, none, `resolver "dns.local"`},
 	}
 	for _, tc := range cases {
 		err := Command(context.Background(), tc.args, tc.getenv, &syncBuffer{})
