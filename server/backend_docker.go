@@ -20,7 +20,9 @@ import (
 //	PROXY_CONTROL_URL         the proxy's control API, e.g. http://proxy:3129
 //	PROXY_CONTROL_TOKEN_FILE  the control API's bearer token, written by the
 //	                          proxy (or PROXY_CONTROL_TOKEN with the value)
-//	SANDBOX_PROXY_URL         the proxy as the sandbox reaches it, e.g. http://proxy:3128
+//	SANDBOX_PROXY_URL         the proxy as the sandbox reaches it, e.g. http://proxy:3128;
+//	                          "none" for a proxy in transparent mode (runs get no
+//	                          proxy settings: iptables sends their HTTP(S) to it)
 const (
 	envDockerHost        = "DOCKER_HOST"
 	envSandboxContainer  = "SANDBOX_CONTAINER"
@@ -29,6 +31,8 @@ const (
 	envControlTokenFile  = "PROXY_CONTROL_TOKEN_FILE"
 	envSandboxProxyURL   = "SANDBOX_PROXY_URL"
 	controlTokenMinChars = 16
+	// sandboxProxyNone is SANDBOX_PROXY_URL's value for a transparent proxy.
+	sandboxProxyNone = "none"
 )
 
 // buildDockerBackend builds the Docker sandbox runner and the gate of the
@@ -57,9 +61,21 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 	case token != "" && tokenFile != "":
 		return nil, nil, fmt.Errorf("both %s and %s are set: keep one", envControlToken, envControlTokenFile)
 	}
+	// A transparent proxy (SANDBOX_PROXY_URL=none) hands out no run
+	// identities: runs get no proxy settings and no network log of their
+	// own, and the control API only tells the server whether the proxy is
+	// up. The client then needs some proxy URL; the control URL stands in
+	// (it is never given to a run).
+	transparent := strings.EqualFold(sandboxProxyURL, sandboxProxyNone)
+	if transparent {
+		sandboxProxyURL = controlURL
+	}
 	// Check both URLs now, so a typo fails at start rather than at the
 	// first run (the placeholder token is never sent anywhere).
 	if _, err := proxy.NewControlClient(controlURL, strings.Repeat("x", controlTokenMinChars), sandboxProxyURL, nil); err != nil {
+		if !transparent {
+			err = fmt.Errorf("%w (or %s=%s for a proxy in transparent mode)", err, envSandboxProxyURL, sandboxProxyNone)
+		}
 		return nil, nil, err
 	}
 	runner, err := docker.New(docker.Options{
@@ -71,7 +87,10 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 	if err != nil {
 		return nil, nil, err
 	}
-	gate := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile}
+	gate := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
+	if transparent {
+		cfg.Logger.With("component", "serve").Info("proxy in transparent mode: runs get no proxy settings; their network logs are the proxy's, not per run")
+	}
 	return &dockerRunner{Runner: runner, gate: gate}, gate, nil
 }
 
@@ -81,6 +100,9 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 type controlGate struct {
 	controlURL, sandboxProxyURL string
 	token, tokenFile            string
+	// transparent: the proxy intercepts runs' traffic by iptables and hands
+	// out no per-run identities (SANDBOX_PROXY_URL=none).
+	transparent bool
 
 	mu     sync.Mutex
 	client *proxy.ControlClient
@@ -114,14 +136,28 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 	return c, nil
 }
 
-// Open asks the proxy for a run identity.
+// Open asks the proxy for a run identity. A transparent proxy has none to
+// give: the run gets no proxy settings (its traffic reaches the proxy
+// anyway) and an empty network log; the apis argument still narrows Deno's
+// own network permissions, while the proxy allows every active API.
 func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, error) {
+	if g.transparent {
+		return transparentRun{}, nil
+	}
 	c, err := g.connect()
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return c.Open(ctx, spec)
 }
+
+// transparentRun is a run through a transparent proxy: no proxy URL, no
+// network log of its own.
+type transparentRun struct{}
+
+func (transparentRun) ProxyURL() string { return "" }
+
+func (transparentRun) Finish(context.Context) ([]proxy.NetEntry, error) { return nil, nil }
 
 // dockerRunner is the docker runner whose readiness also needs the proxy:
 // a run without it would fail its first request.
