@@ -5,7 +5,9 @@
 // with its own CA), drive the real server through the go-sdk MCP client over
 // HTTP, inject faults with the real Docker CLI, and tear the stack down
 // afterwards — also when a test fails, panics, times out or is interrupted
-// (a reaper process watches the test binary).
+// (a reaper process watches the test binary). TestTransparentMode does the
+// same for the transparent proxy mode (deploy/transparent/compose.transparent.yml
+// applied over docker-compose.yml).
 //
 // They need a running Docker engine and Compose v2 (deploy/install-docker.sh)
 // and fail, never skip, without them. Run them with

@@ -71,6 +71,9 @@ func reap() int {
 		project: os.Getenv("CF_E2E_PROJECT"),
 		env:     os.Environ(),
 	}
+	if o := os.Getenv("CF_E2E_OVERRIDES"); o != "" {
+		st.overrides = strings.Split(o, ",")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	st.compose(ctx, "down", "-v", "--remove-orphans", "--timeout", "5")
@@ -90,6 +93,9 @@ type stack struct {
 	caPEM    []byte // the test API's CA certificate
 	endpoint string // http://127.0.0.1:<port>/mcp
 	env      []string
+	// overrides are compose files (relative to root) applied between
+	// docker-compose.yml and e2e/compose.test.yml, e.g. a deployment variant.
+	overrides []string
 
 	reaper     *os.File // write end of the reaper's stdin
 	reaperProc *exec.Cmd
@@ -97,8 +103,9 @@ type stack struct {
 
 // startStack builds the binaries and images and brings a fresh stack up,
 // torn down when tb's test ends. It fails tb (never skips) when Docker or
-// Compose is missing.
-func startStack(tb testing.TB) *stack {
+// Compose is missing. overrides are extra compose files (relative to the
+// repository root) for a deployment variant, applied before the test's own.
+func startStack(tb testing.TB, overrides ...string) *stack {
 	tb.Helper()
 	testenv.Docker(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -110,7 +117,7 @@ func startStack(tb testing.TB) *stack {
 	if err != nil {
 		tb.Fatalf("repository root: %v", err)
 	}
-	st := &stack{root: root, project: "cf-e2e-" + randomHex(tb, 4)}
+	st := &stack{root: root, project: "cf-e2e-" + randomHex(tb, 4), overrides: overrides}
 
 	// Binaries on the host (the images copy them; see deploy/codeforge/Dockerfile),
 	// base images without a registry.
@@ -151,6 +158,7 @@ func startStack(tb testing.TB) *stack {
 		"CF_E2E_DIR="+st.dir,
 		"CF_E2E_ROOT="+st.root,
 		"CF_E2E_PROJECT="+st.project,
+		"CF_E2E_OVERRIDES="+strings.Join(st.overrides, ","),
 		"E2E_API_SECRET="+st.secret,
 	)
 	st.startReaper(tb)
@@ -324,8 +332,11 @@ func (st *stack) compose(ctx context.Context, args ...string) ([]byte, error) {
 		"--env-file", filepath.Join(st.dir, "empty.env"),
 		"-p", st.project,
 		"-f", filepath.Join(st.root, "docker-compose.yml"),
-		"-f", filepath.Join(st.root, "e2e", "compose.test.yml"),
 	}
+	for _, o := range st.overrides {
+		base = append(base, "-f", filepath.Join(st.root, o))
+	}
+	base = append(base, "-f", filepath.Join(st.root, "e2e", "compose.test.yml"))
 	cmd := exec.CommandContext(ctx, "docker", append(base, args...)...)
 	cmd.Dir = st.root
 	cmd.Env = st.env
