@@ -15,6 +15,14 @@
 // that both substitutions happened. The table goes to stdout, progress to
 // stderr.
 //
+// mitmdump runs with its defaults apart from the addon, its CA and
+// --quiet: in particular stream_large_bodies is unset, so it buffers each
+// body whole before the addon sees it. mitmproxy 8.1 gathers that buffer
+// with bytes += per read (proxy/layers/http/__init__.py), copying all of it
+// each time, so its download time grows far faster than the size: compare
+// a few -size values. The CodeForge proxy streams, substituting across
+// read boundaries.
+//
 // mitmdump comes from the Debian package mitmproxy (8.1.x); vsmitm never
 // installs it and stops it when done, also on error or interrupt.
 package main

@@ -233,6 +233,7 @@ func report(w io.Writer, cfg config, version string, paths []*path, rs []result)
 	fmt.Fprintf(w, "mitmdump: %s\n", version)
 	fmt.Fprintf(w, "substitution: request header token name -> secret, response body secret -> token name, checked on every request\n")
 	fmt.Fprintf(w, "clients: HTTP/1.1 keep-alive; mitmdump buffers bodies (stream_large_bodies unset, its default), CodeForge streams\n")
+	fmt.Fprintf(w, "note: mitmproxy 8.1 gathers a buffered body with bytes += per read, so its download time grows far faster than -size (each read copies the whole buffer so far)\n")
 	fmt.Fprintf(w, "sequential: %d requests after %d warm-up; concurrent: %d clients for %s; download: %d MiB, median of %d\n\n",
 		cfg.n, warmup, cfg.conc, cfg.duration, cfg.sizeMiB, downloadRounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
