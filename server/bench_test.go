@@ -21,7 +21,7 @@ import (
 //	go test ./server -run '^$' -bench BenchmarkExecuteCode -benchtime 100x
 func BenchmarkExecuteCode(b *testing.B) {
 	const code = "console.log(1)"
-	deno := testenv.Deno(b)
+	deno := testenv.DenoBinary(b)
 	h := newGatedHarness(b, harnessConfig{edit: func(o *Options) { o.MaxConcurrent = 1 }})
 	bareDir := b.TempDir()
 	ctx := context.Background()

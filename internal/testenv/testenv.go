@@ -5,10 +5,12 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,12 +19,16 @@ import (
 // DenoVersion is the Deno release the project pins (npm @deno/linux-x64-glibc).
 const DenoVersion = "2.9.6"
 
-var denoOnce = sync.OnceValues(findOrInstallDeno)
+var (
+	denoOnce     = sync.OnceValues(findOrInstallDeno)
+	isolatedOnce = sync.OnceValues(writeIsolatedDeno)
+)
 
-// Deno returns the path of a deno binary: $DENO_BIN, then PATH, then the
-// repository's npm cache (.cache/deno), installing it there from npm when
-// it is missing. It fails the test when none can be had.
-func Deno(t testing.TB) string {
+// DenoBinary returns the path of the real deno binary: $DENO_BIN, then
+// PATH, then the repository's npm cache (.cache/deno), installing it there
+// from npm when it is missing. It fails the test when none can be had.
+// Tests whose code may reach a host name use Deno instead.
+func DenoBinary(t testing.TB) string {
 	t.Helper()
 	p, err := denoOnce()
 	if err != nil {
@@ -31,6 +37,73 @@ func Deno(t testing.TB) string {
 	}
 	return p
 }
+
+// Deno returns a deno executable whose name lookups never leave the
+// machine. Deno resolves a fetch's host name itself even when it goes
+// through a proxy, so test code fetching "https://api.test/" would ask the
+// machine's DNS server. The returned wrapper runs the real deno in a
+// private mount namespace whose /etc/hosts maps the tests' names (TestHosts)
+// to 127.0.0.1 and whose /etc/resolv.conf names only 127.0.0.1. It needs
+// root (CAP_SYS_ADMIN), as the test suite has in CI.
+func Deno(t testing.TB) string {
+	t.Helper()
+	DenoBinary(t)
+	p, err := isolatedOnce()
+	if err != nil {
+		t.Fatalf("cannot run deno with loopback-only name resolution (%v); the tests need root for a private mount namespace (run ./test.sh as root)", err)
+	}
+	return p
+}
+
+// TestHosts are the host names test code may fetch; in Deno's view they
+// resolve to 127.0.0.1 (the proxy under test decides where they really go).
+var TestHosts = []string{
+	"api.test", "api.codeforge.test", "anything.codeforge.test", "other.codeforge.test",
+	"alpha.test", "beta.test", "demo.test", "first.test", "second.test", "other.test", "x.test",
+}
+
+func writeIsolatedDeno() (string, error) {
+	real, err := denoOnce()
+	if err != nil {
+		return "", err
+	}
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("not root (euid %d)", os.Geteuid())
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "codeforge-test-deno-")
+	if err != nil {
+		return "", err
+	}
+	hosts := "127.0.0.1 localhost\n::1 localhost\n127.0.0.1 " + strings.Join(TestHosts, " ") + "\n"
+	resolv := "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+	script := fmt.Sprintf(`#!/bin/sh
+# deno for tests: private /etc/hosts and /etc/resolv.conf, so no name lookup
+# leaves the machine (internal/testenv.Deno).
+exec %s --mount --propagation private -- /bin/sh -c '
+	mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf || exit 125
+	deno=$3; shift 3; unset PWD OLDPWD; exec "$deno" "$@"' codeforge-test-deno %s %s %s "$@"
+`, shellQuote(unshare), shellQuote(filepath.Join(dir, "hosts")), shellQuote(filepath.Join(dir, "resolv.conf")), shellQuote(real))
+	for name, content := range map[string]string{"hosts": hosts, "resolv.conf": resolv} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	wrapper := filepath.Join(dir, "deno")
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		return "", err
+	}
+	out, err := exec.Command(wrapper, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %v: %s", wrapper, err, out)
+	}
+	return wrapper, nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func findOrInstallDeno() (string, error) {
 	if p := os.Getenv("DENO_BIN"); p != "" {

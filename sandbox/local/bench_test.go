@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/sandbox"
 )
 
@@ -18,7 +19,7 @@ import (
 const benchCode = `console.log(1)`
 
 func BenchmarkBareDeno(b *testing.B) {
-	deno := newRunner(b, nil).deno
+	deno := newRunner(b, func(o *Options) { o.DenoPath = testenv.DenoBinary(b) }).deno
 	dir := b.TempDir()
 	var durations []time.Duration
 	for b.Loop() {
@@ -33,7 +34,7 @@ func BenchmarkBareDeno(b *testing.B) {
 }
 
 func BenchmarkRunner(b *testing.B) {
-	r := newRunner(b, nil)
+	r := newRunner(b, func(o *Options) { o.DenoPath = testenv.DenoBinary(b) })
 	var durations []time.Duration
 	for b.Loop() {
 		start := time.Now()

@@ -860,7 +860,7 @@ func TestReadyReportsBrokenDeno(t *testing.T) {
 
 func TestFindDeno(t *testing.T) {
 	t.Parallel()
-	real := testenv.Deno(t)
+	real := testenv.DenoBinary(t)
 	binDir := t.TempDir()
 	fake := filepath.Join(binDir, "deno")
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {

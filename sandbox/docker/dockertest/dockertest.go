@@ -59,7 +59,7 @@ type imageOnce struct {
 func Image(t testing.TB) string {
 	t.Helper()
 	testenv.Docker(t)
-	deno := testenv.Deno(t)
+	deno := testenv.DenoBinary(t)
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
