@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,7 +138,35 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	if ctx.Err() != nil {
 		s.log.Info("run cancelled by the client", "after", time.Since(started).Round(time.Millisecond))
 	}
+	if hint := s.netDeniedHint(res.Stderr, rreq.AllowHosts); hint != "" {
+		notes = append(notes, hint)
+	}
 	return s.runResult(res, args.Timeout, started.Sub(arrived), network, notes), nil
+}
+
+// netDeniedRE finds Deno's permission error for a host the run may not
+// reach.
+var netDeniedRE = regexp.MustCompile(`NotCapable: Requires net access to "([^"]{1,300})"`)
+
+// netDeniedHint explains Deno's "run again with the --allow-net flag",
+// which the agent cannot do: which hosts this run may reach and how a
+// user adds one. "" when the run hit no such error.
+func (s *Server) netDeniedHint(stderr string, allowed []string) string {
+	m := netDeniedRE.FindStringSubmatch(stderr)
+	if m == nil {
+		return ""
+	}
+	if s.opts.Gate == nil {
+		return fmt.Sprintf("network: %s was refused: this server runs without its egress proxy, so code has no network at all", m[1])
+	}
+	reach := "no host (no API is configured)"
+	if len(allowed) > 0 {
+		reach = strings.Join(allowed, ", ")
+	}
+	return fmt.Sprintf("network: %s is not a host this run may reach (%s). "+
+		"Use list_apis to see the configured APIs and pass their names in apis; "+
+		"reaching another host needs an API config for it (apis/<name>/config.json) or YOLO mode, set by the user. Flags cannot be changed from code.",
+		m[1], reach)
 }
 
 // runResult turns a run into the tool result DESIGN.md specifies: stdout,

@@ -192,3 +192,36 @@ func selfSignedCert(t *testing.T, host string) (tls.Certificate, *x509.Certifica
 }
 
 func settingsWithYOLO(yolo bool) settings.Common { return settings.Common{YOLO: yolo} }
+
+// TestNetworkDeniedHint: Deno's "run again with the --allow-net flag" is
+// advice the agent cannot follow; the result says which hosts the run may
+// reach and how a user adds one. Code that reaches its hosts gets no hint.
+func TestNetworkDeniedHint(t *testing.T) {
+	t.Parallel()
+	h := newGatedHarness(t, harnessConfig{apisDir: writeAPIs(t, map[string]string{
+		"alpha": `{"description": "Alpha", "domains": ["alpha.test"]}`,
+		"beta":  `{"description": "Beta", "domains": ["beta.test"]}`,
+	})})
+	res := h.run(`await fetch("https://elsewhere.test/")`)
+	text := allText(res)
+	for _, want := range []string{`network: elsewhere.test:443 is not a host this run may reach (alpha.test, beta.test)`, "list_apis", "YOLO mode"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("result lacks %q:\n%s", want, text)
+		}
+	}
+	res = h.run(`await fetch("https://elsewhere.test/")`, "apis", []string{"beta"})
+	if text := allText(res); !strings.Contains(text, "(beta.test)") {
+		t.Errorf("with apis [beta] the hint should list beta.test only:\n%s", text)
+	}
+	// Only Deno's own error on stderr counts, not text the code prints.
+	res = h.run(`console.log('NotCapable: Requires net access to "elsewhere.test:443"')`)
+	if text := allText(res); strings.Contains(text, "not a host this run may reach") {
+		t.Errorf("printed text got the hint:\n%s", text)
+	}
+
+	off := newHarness(t, harnessConfig{})
+	res = off.run(`await fetch("https://elsewhere.test/")`)
+	if text := allText(res); !strings.Contains(text, "runs without its egress proxy") {
+		t.Errorf("no-network server: hint missing:\n%s", text)
+	}
+}
