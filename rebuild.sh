@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rebuild.sh [--no-cache] [--offline] — build and (re)start the CodeForge
+# rebuild.sh [--no-cache] [--offline] [--transparent] — build and (re)start the CodeForge
 # Docker stack, wait until the server is ready, print the line that connects
 # Claude Code.
 #
@@ -12,6 +12,9 @@
 #   3. docker compose build (--no-cache passes through), docker compose up -d;
 #   4. waits for http://127.0.0.1:${CODEFORGE_PORT:-8080}/health (up to
 #      ${CODEFORGE_READY_TIMEOUT:-120} s), showing the logs if it never gets ready.
+# --transparent adds deploy/transparent/compose.transparent.yml (the proxy in
+# transparent mode; README); later compose commands need the same files:
+#   COMPOSE_FILE=docker-compose.yml:deploy/transparent/compose.transparent.yml
 # Needs Go, a Docker engine and Compose v2 (deploy/install-docker.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,12 +25,13 @@ for arg in "$@"; do
 	case $arg in
 	--no-cache) no_cache=(--no-cache) ;;
 	--offline) offline=1 ;;
+	--transparent) export COMPOSE_FILE=docker-compose.yml:deploy/transparent/compose.transparent.yml ;;
 	-h | --help)
-		sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
-		echo "rebuild.sh: unknown argument $arg (use --no-cache, --offline)" >&2
+		echo "rebuild.sh: unknown argument $arg (use --no-cache, --offline, --transparent)" >&2
 		exit 2
 		;;
 	esac
@@ -42,7 +46,12 @@ command -v go >/dev/null || die "Go is needed to build the codeforge binary (ins
 docker info >/dev/null 2>&1 || die "no Docker engine answers: run deploy/install-docker.sh (as root)"
 docker compose version >/dev/null 2>&1 || die "Docker Compose v2 is missing: run deploy/install-docker.sh (as root)"
 
-port=${CODEFORGE_PORT:-8080}
+# the published port, as compose sees it: the shell, then .env
+port=${CODEFORGE_PORT:-}
+if [ -z "$port" ] && [ -f .env ]; then
+	port=$(sed -n 's/^[[:space:]]*CODEFORGE_PORT[[:space:]]*=[[:space:]]*["'\'']\{0,1\}\([0-9]*\).*/\1/p' .env | tail -n 1)
+fi
+port=${port:-8080}
 
 # 1. the binary the images copy
 CGO_ENABLED=0 go build -trimpath -o bin/codeforge ./cmd/codeforge || die "go build ./cmd/codeforge failed"
@@ -96,5 +105,8 @@ until health; do
 	sleep 1
 done
 
+if [ -n "${COMPOSE_FILE:-}" ]; then
+	echo "Transparent proxy mode: run later compose commands with COMPOSE_FILE=$COMPOSE_FILE"
+fi
 echo "CodeForge is up on http://localhost:$port/mcp. Connect Claude Code with:"
 echo "  claude mcp add --transport http codeforge http://localhost:$port/mcp"
