@@ -4,4 +4,7 @@
 // through it with credential substitution on. It has no non-test code.
 //
 //	go test -run='^$' -bench=. -benchtime=2000x ./proxy/bench
+//
+// The comparison with a Python mitmproxy doing the same substitution is a
+// command of its own, vsmitm (go run ./proxy/bench/vsmitm).
 package bench
