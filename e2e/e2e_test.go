@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -162,28 +161,7 @@ func testRawTCP(t *testing.T, st *stack, cs *mcp.ClientSession) {
 	// From the sandbox's network namespace itself (as if Deno's checks
 	// were gone): only the proxy's port answers. A listener of the test's
 	// own on the host stands for any host service.
-	host, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	var (
-		mu       sync.Mutex
-		accepted []string
-	)
-	go func() {
-		for {
-			c, err := host.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c.RemoteAddr().String())
-			mu.Unlock()
-			c.Close()
-		}
-	}()
-	hostPort := host.Addr().(*net.TCPAddr).Port
+	hostPort, accepted := hostListener(t)
 
 	if err := st.tcpProbe(t, sandboxProxyAddr, 3128); err != nil {
 		t.Fatalf("the probe cannot even reach the proxy at %s:3128 (it must): %v", sandboxProxyAddr, err)
@@ -211,10 +189,8 @@ func testRawTCP(t *testing.T, st *stack, cs *mcp.ClientSession) {
 			t.Errorf("the sandbox reached %s (%s:%d)", tg.name, tg.host, tg.port)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(accepted) > 0 {
-		t.Errorf("the host listener accepted connections from %v", accepted)
+	if peers := accepted(); len(peers) > 0 {
+		t.Errorf("the host listener accepted connections from %v", peers)
 	}
 }
 

@@ -20,8 +20,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -740,4 +742,37 @@ func contains(needle string, haystacks ...[]byte) bool {
 		}
 	}
 	return false
+}
+
+// hostListener stands for any service on the host: a TCP listener on all
+// addresses that records who connected. It returns its port and a function
+// listing the peers so far; it closes with the test.
+func hostListener(t *testing.T) (int, func() []string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var (
+		mu    sync.Mutex
+		peers []string
+	)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			peers = append(peers, c.RemoteAddr().String())
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(peers)
+	}
 }

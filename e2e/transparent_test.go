@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,28 +127,7 @@ func testTransparentUnconfigured(t *testing.T, st *stack, cs *mcp.ClientSession)
 
 func testTransparentRawTCP(t *testing.T, st *stack) {
 	// A listener of the test's own on the host stands for any host service.
-	host, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	var (
-		mu       sync.Mutex
-		accepted []string
-	)
-	go func() {
-		for {
-			c, err := host.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c.RemoteAddr().String())
-			mu.Unlock()
-			c.Close()
-		}
-	}()
-	hostPort := host.Addr().(*net.TCPAddr).Port
+	hostPort, accepted := hostListener(t)
 
 	// Ports 80 and 443 connect (the proxy takes them), by name too: the
 	// sandbox user resolves through Docker's DNS in this mode.
@@ -179,10 +156,8 @@ func testTransparentRawTCP(t *testing.T, st *stack) {
 			t.Errorf("the sandbox reached %s (%s:%d)", tg.name, tg.host, tg.port)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(accepted) > 0 {
-		t.Errorf("the host listener accepted connections from %v", accepted)
+	if peers := accepted(); len(peers) > 0 {
+		t.Errorf("the host listener accepted connections from %v", peers)
 	}
 }
 
