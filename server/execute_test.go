@@ -351,10 +351,12 @@ func TestCancellationKillsTheRun(t *testing.T) {
 	waitFor(t, "the slot to be free", func() bool { return h.runner.inFlight.Load() == 0 })
 }
 
+// TestConcurrentCallsQueue: 50 calls at once with two slots all complete,
+// never more than two running.
 func TestConcurrentCallsQueue(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessConfig{edit: func(o *Options) { o.MaxConcurrent = 2 }})
-	const calls = 20
+	const calls = 50 // DESIGN.md: 50 concurrent calls complete or queue cleanly
 	var wg sync.WaitGroup
 	results := make([]*mcp.CallToolResult, calls)
 	errs := make([]error, calls)
