@@ -3,21 +3,14 @@ package local
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -162,7 +155,7 @@ func TestRunTimeoutKeepsPartialOutputAndKillsGroup(t *testing.T) {
 // reads its real environment from /proc while it runs, then cancels it.
 func TestRunCancelKillsAndSeesMinimalEnv(t *testing.T) {
 	t.Parallel()
-	caFile, _ := writeCert(t, "unused.codeforge.test")
+	caFile := testenv.NewCA(t).WritePEM(t, t.TempDir())
 	r := newRunner(t, func(o *Options) { o.CACertFile = caFile })
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -531,7 +524,9 @@ func TestRunNetwork(t *testing.T) {
 	// A TLS API on loopback whose certificate names api.codeforge.test,
 	// reached only through a CONNECT proxy that sends every tunnel to it:
 	// nothing is ever resolved or dialled beyond loopback.
-	caFile, cert := writeCert(t, "api.codeforge.test")
+	ca := testenv.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "api.codeforge.test", "*.codeforge.test")
+	caFile := ca.WritePEM(t, t.TempDir())
 	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "api ok "+r.Host)
 	}))
@@ -649,66 +644,6 @@ func (p *connectProxy) all() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.seen)
-}
-
-// writeCert makes a CA and a server certificate it signs for host and
-// *.codeforge.test; it writes the CA as a PEM file (what Deno must trust)
-// and returns the file and the server's TLS pair.
-func writeCert(t *testing.T, host string) (string, tls.Certificate) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "codeforge test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: host},
-		DNSNames:     []string{host, "*.codeforge.test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return file, pair
 }
 
 func TestRunConcurrent(t *testing.T) {
