@@ -2,14 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,9 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/codeforge/codeforge/apis"
+	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/proxy/ca"
 	"github.com/codeforge/codeforge/settings"
@@ -87,7 +82,8 @@ func TestCredentialThroughExecuteCode(t *testing.T) {
 		received []string
 	)
 	const host = "api.test"
-	cert, leaf := selfSignedCert(t, host)
+	testCA := testenv.NewCA(t)
+	cert, _, _ := testCA.Leaf(t, host)
 	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		received = append(received, r.Header.Get("Authorization"))
@@ -103,8 +99,6 @@ func TestCredentialThroughExecuteCode(t *testing.T) {
 	// The API's certificate is trusted through the proxy's UpstreamRoots,
 	// and its name is mapped to loopback by the proxy's resolver: no
 	// traffic leaves the machine.
-	roots := x509.NewCertPool()
-	roots.AddCert(leaf)
 	dir := writeAPIs(t, map[string]string{
 		"echo": `{"description": "Echo API", "domains": ["` + host + `"], "credentials": {"ECHO_TOKEN": "${ECHO_SECRET}"}}`,
 	})
@@ -117,7 +111,7 @@ func TestCredentialThroughExecuteCode(t *testing.T) {
 			return "", false
 		},
 	}, gateConfig{
-		roots: roots,
+		roots: testCA.Pool(),
 		resolver: func(_ context.Context, name string) ([]netip.Addr, error) {
 			if name == host {
 				return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
@@ -160,35 +154,6 @@ console.log(r.status, await r.text());`, host, port)
 	if text := allText(res); !strings.Contains(text, "refused") {
 		t.Fatalf("fetch to a host outside the allowlist: %q", text)
 	}
-}
-
-// selfSignedCert makes a certificate for host, valid for an hour.
-func selfSignedCert(t *testing.T, host string) (tls.Certificate, *x509.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: host},
-		DNSNames:              []string{host},
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf
 }
 
 func settingsWithYOLO(yolo bool) settings.Common { return settings.Common{YOLO: yolo} }
