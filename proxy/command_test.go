@@ -57,7 +57,7 @@ func TestCommand(t *testing.T) {
 	}
 	writeLocal("first-secret-value", nil)
 	upstreamCA := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(upstreamCA, pkiOnce().caPEM, 0o644); err != nil {
+	if err := os.WriteFile(upstreamCA, testPKI(t).ca.PEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{

@@ -4,19 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
-	"github.com/codeforge/codeforge/internal/testenv"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +23,7 @@ import (
 	"time"
 
 	"github.com/codeforge/codeforge/apis"
+	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/proxy/ca"
 	"github.com/codeforge/codeforge/settings"
 )
@@ -99,52 +93,35 @@ func loadAPIs(t testing.TB, dir string) *apis.Set {
 }
 
 // upstreamPKI is a private CA for the test upstream servers, trusted by the
-// proxy through Options.UpstreamRoots.
+// proxy through Options.UpstreamRoots, and the certificate an upstream
+// serves (for its names and 127.0.0.1).
 type upstreamPKI struct {
-	pool  *x509.CertPool
-	caPEM []byte
-	leaf  tls.Certificate
+	ca   *testenv.CA
+	leaf tls.Certificate
 }
 
-var pkiOnce = sync.OnceValue(func() *upstreamPKI {
-	return newPKI([]string{"api.test", "beta.test", "other.test", "b.test", "localhost"})
-})
+func newPKI(t testing.TB, names ...string) *upstreamPKI {
+	t.Helper()
+	authority := testenv.NewCA(t)
+	leaf, _, _ := authority.Leaf(t, append(names, "127.0.0.1")...)
+	return &upstreamPKI{ca: authority, leaf: leaf}
+}
 
-func newPKI(names []string) *upstreamPKI {
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "upstream test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
+// sharedPKI is the one upstream PKI of the package's tests: every proxy
+// they start trusts it and every upstream serves its certificate.
+var sharedPKI struct {
+	once sync.Once
+	pki  *upstreamPKI
+}
+
+// testPKI returns sharedPKI, made by the first test that asks.
+func testPKI(t testing.TB) *upstreamPKI {
+	t.Helper()
+	sharedPKI.once.Do(func() { sharedPKI.pki = newPKI(t, "api.test", "beta.test", "other.test", "b.test", "localhost") })
+	if sharedPKI.pki == nil {
+		t.Fatal("the shared upstream test PKI could not be made: see the first test that failed")
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		panic(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: names[0]},
-		DNSNames:     names,
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		panic(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	return &upstreamPKI{pool: pool, caPEM: caPEM, leaf: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
+	return sharedPKI.pki
 }
 
 // upstream is a real TLS (or plain) server on loopback that records what
@@ -165,7 +142,7 @@ type seenRequest struct {
 }
 
 func newUpstream(t testing.TB, h http.HandlerFunc) *upstream {
-	return startUpstream(t, h, true, pkiOnce().leaf)
+	return startUpstream(t, h, true, testPKI(t).leaf)
 }
 
 func startUpstream(t testing.TB, h http.HandlerFunc, useTLS bool, cert tls.Certificate) *upstream {
@@ -235,7 +212,7 @@ func startProxy(t testing.TB, opts ...proxyOpt) *testProxy {
 		CA:                    authority,
 		Logger:                slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Resolver:              testResolver,
-		UpstreamRoots:         pkiOnce().pool,
+		UpstreamRoots:         testPKI(t).ca.Pool(),
 		AllowPrivateUpstreams: true,
 	}
 	for _, f := range opts {

@@ -352,7 +352,7 @@ func TestUnconfiguredAndPrivateDestinations(t *testing.T) {
 	mustContain(t, "403 body", body, "other.test", "not configured", `"domains"`, "config.json", "YOLO_MODE")
 
 	// Plain http to an unconfigured host is refused the same way.
-	plain := startUpstream(t, nil, false, pkiOnce().leaf)
+	plain := startUpstream(t, nil, false, testPKI(t).leaf)
 	resp, _ = do(t, c, "GET", plain.url("other.test", "/"), nil, nil)
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("plain http unconfigured host: status %d", resp.StatusCode)
@@ -416,7 +416,7 @@ func TestUnknownIdentityRefused(t *testing.T) {
 	t.Parallel()
 	tp := startProxy(t)
 	up := newUpstream(t, nil)
-	plain := startUpstream(t, nil, false, pkiOnce().leaf)
+	plain := startUpstream(t, nil, false, testPKI(t).leaf)
 	r, _ := tp.open(t)
 	good, _ := url.Parse(r.ProxyURL())
 	pass, _ := good.User.Password()
@@ -491,7 +491,7 @@ func TestUpstreamTLSAlwaysVerified(t *testing.T) {
 	t.Parallel()
 	tp := startProxy(t, withSettings(settings.Common{YOLO: true}))
 	// A server whose certificate comes from a CA the proxy does not trust.
-	rogue := startUpstream(t, nil, true, newPKI([]string{"api.test"}).leaf)
+	rogue := startUpstream(t, nil, true, newPKI(t, "api.test").leaf)
 	_, c := tp.open(t)
 	resp, body := do(t, c, "GET", rogue.url("api.test", "/"), nil, map[string]string{"Authorization": "Bearer ALPHA_TOKEN"})
 	if resp.StatusCode != http.StatusBadGateway {
@@ -500,9 +500,9 @@ func TestUpstreamTLSAlwaysVerified(t *testing.T) {
 	mustContain(t, "body", body, "could not be verified")
 	// A certificate from a trusted CA but for another name fails too: the
 	// proxy verifies against the host it dials.
-	other := newPKI([]string{"b.test"})
-	roots := pkiOnce().pool.Clone()
-	roots.AppendCertsFromPEM(other.caPEM)
+	other := newPKI(t, "b.test")
+	roots := testPKI(t).ca.Pool()
+	roots.AddCert(other.ca.Cert)
 	tp2 := startProxy(t, withSettings(settings.Common{YOLO: true}), func(o *Options) { o.UpstreamRoots = roots })
 	up := startUpstream(t, nil, true, other.leaf)
 	_, c2 := tp2.open(t)
@@ -527,7 +527,7 @@ func TestPlainHTTPProxying(t *testing.T) {
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		_, _ = io.WriteString(w, "got "+r.URL.RawQuery)
-	}, false, pkiOnce().leaf)
+	}, false, testPKI(t).leaf)
 	_, c := tp.open(t)
 	resp, body := do(t, c, "GET", up.url("api.test", "/p?k=ALPHA_TOKEN"), nil, map[string]string{"Authorization": "Bearer ALPHA_TOKEN"})
 	if resp.StatusCode != 200 {
@@ -558,7 +558,7 @@ func TestStreamingResponses(t *testing.T) {
 	}
 	for _, useTLS := range []bool{true, false} {
 		release := make(chan struct{})
-		up := startUpstream(t, handler(release), useTLS, pkiOnce().leaf)
+		up := startUpstream(t, handler(release), useTLS, testPKI(t).leaf)
 		_, c := tp.open(t)
 		resp, err := c.Get(up.url("api.test", "/events"))
 		if err != nil {

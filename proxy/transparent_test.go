@@ -57,7 +57,7 @@ func TestServeTransparentConn(t *testing.T) {
 		_, _ = io.WriteString(w, "auth="+r.Header.Get("Authorization"))
 	}
 	up := newUpstream(t, echo)
-	plain := startUpstream(t, echo, false, pkiOnce().leaf)
+	plain := startUpstream(t, echo, false, testPKI(t).leaf)
 
 	for _, u := range []*upstream{up, plain} {
 		dst := netip.MustParseAddrPort(u.srv.Listener.Addr().String())
