@@ -3,18 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -142,11 +136,14 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 	// The test's own files: a CA and a certificate for the api container,
 	// the API config naming the secret's environment variable, an empty
 	// env file (the developer's .env must not leak in).
+	ca := testenv.NewCA(tb)
+	_, certPEM, keyPEM := ca.Leaf(tb, apiHost)
+	st.caPEM = ca.PEM
 	if st.dir, err = os.MkdirTemp("", "cf-e2e-"); err != nil {
 		tb.Fatal(err)
 	}
 	st.secret = "e2e-secret-" + randomHex(tb, 16)
-	if err := st.writeFiles(); err != nil {
+	if err := st.writeFiles(certPEM, keyPEM); err != nil {
 		os.RemoveAll(st.dir)
 		tb.Fatalf("test files: %v", err)
 	}
@@ -191,7 +188,9 @@ func cleanEnv() []string {
 	return env
 }
 
-func (st *stack) writeFiles() error {
+// writeFiles writes the test's files into st.dir: the CA (st.caPEM), the
+// api container's certificate and key, the API config and an empty env file.
+func (st *stack) writeFiles(certPEM, keyPEM []byte) error {
 	if err := os.Chmod(st.dir, 0o755); err != nil {
 		return err
 	}
@@ -202,11 +201,6 @@ func (st *stack) writeFiles() error {
 			return err
 		}
 	}
-	caPEM, certPEM, keyPEM, err := makeCerts(apiHost)
-	if err != nil {
-		return err
-	}
-	st.caPEM = caPEM
 	config := map[string]any{
 		"description":        "the end-to-end tests' TLS echo API",
 		"domains":            []string{apiHost},
@@ -220,7 +214,7 @@ func (st *stack) writeFiles() error {
 	// The key is test-only and must be readable by the api container's
 	// non-root user.
 	for name, data := range map[string][]byte{
-		filepath.Join(certs, "ca.pem"):      caPEM,
+		filepath.Join(certs, "ca.pem"):      st.caPEM,
 		filepath.Join(certs, "api.pem"):     certPEM,
 		filepath.Join(certs, "api-key.pem"): keyPEM,
 		filepath.Join(api, "config.json"):   cfg,
@@ -231,57 +225,6 @@ func (st *stack) writeFiles() error {
 		}
 	}
 	return nil
-}
-
-// makeCerts returns a fresh CA and a server certificate for host signed by
-// it, all PEM.
-func makeCerts(host string) (caPEM, certPEM, keyPEM []byte, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "codeforge e2e test API CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: host},
-		DNSNames:     []string{host},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // startReaper starts this test binary again as the reaper (TestMain), in
