@@ -1,6 +1,8 @@
 // Package testenv finds (or installs) the real tools the tests drive: Deno
 // and the Docker engine. A missing tool fails the test with a message saying
-// how to install it; it never turns into a silent skip.
+// how to install it; it never turns into a silent skip. It also holds what
+// several packages' tests share: throwaway TLS certificate authorities (CA)
+// and the removal of test containers a killed test process left behind.
 package testenv
 
 import (
