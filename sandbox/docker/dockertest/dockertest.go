@@ -11,27 +11,18 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,7 +80,9 @@ func Image(t testing.TB) string {
 		if exec.Command("docker", "image", "inspect", tag).Run() == nil {
 			return
 		}
-		entry.err = buildImage(tag, wrapper, files)
+		// A throwaway CA: the sandbox only needs the proxy's CA to
+		// exist for --check.
+		entry.err = buildImage(tag, wrapper, testenv.NewCA(t).PEM, files)
 	})
 	if entry.err != nil {
 		t.Fatalf("build test sandbox image: %v", entry.err)
@@ -153,11 +146,7 @@ func hostFiles(deno string) ([]hostFile, error) {
 	return files, nil
 }
 
-func buildImage(tag string, wrapper []byte, files []hostFile) error {
-	caPEM, err := testCA()
-	if err != nil {
-		return err
-	}
+func buildImage(tag string, wrapper, caPEM []byte, files []hostFile) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeRootfs(pw, wrapper, caPEM, files)) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -244,29 +233,6 @@ func writeRootfs(w io.Writer, wrapper, caPEM []byte, files []hostFile) error {
 	return tw.Close()
 }
 
-// testCA is a throwaway self-signed CA certificate: the sandbox only needs
-// the proxy's CA to exist for --check.
-func testCA() ([]byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "codeforge test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
-}
-
 // Options configures Start.
 type Options struct {
 	// Image is the sandbox image; empty means Image(t).
@@ -313,7 +279,7 @@ func Start(t testing.TB, opts Options) *Sandbox {
 	if opts.TmpfsMB == 0 {
 		opts.TmpfsMB = 64
 	}
-	reapOnce.Do(ReapStale)
+	reapOnce.Do(testenv.ReapStaleContainers)
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	name := "cf-test-sandbox-" + hex.EncodeToString(b)
@@ -326,7 +292,7 @@ func Start(t testing.TB, opts Options) *Sandbox {
 		"--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--memory", fmt.Sprintf("%dm", opts.MemoryMB), "--memory-swap", fmt.Sprintf("%dm", opts.MemoryMB),
 		"--pids-limit", fmt.Sprint(opts.PidsLimit), "--network", "none", "--user", "10001:10001",
-		"--label", fmt.Sprintf("%s=%d", OwnerLabel, os.Getpid())}
+		"--label", testenv.OwnerLabelArg()}
 	args = append(args, opts.Args...)
 	id := run(t, append(args, opts.Image)...)
 	sb := &Sandbox{Name: name, ID: id}
@@ -336,32 +302,7 @@ func Start(t testing.TB, opts Options) *Sandbox {
 	return sb
 }
 
-// OwnerLabel marks containers started by tests with the PID of the test
-// process, so a later run can remove those of a process that was killed
-// before its cleanup ran.
-const OwnerLabel = "codeforge-test-pid"
-
 var reapOnce sync.Once
-
-// ReapStale removes the test containers whose owning test process (see
-// OwnerLabel) no longer exists on this machine.
-func ReapStale() {
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "label="+OwnerLabel,
-		"--format", `{{.ID}} {{.Label "`+OwnerLabel+`"}}`).Output()
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		id, pidText, ok := strings.Cut(line, " ")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = exec.Command("docker", "rm", "-f", id).Run()
-		}
-	}
-}
 
 // StartFilter serves a socket filter for the named sandbox container on a
 // fresh unix socket and returns it as a Docker host (unix:///…).
