@@ -18,10 +18,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,7 +125,7 @@ func doSetup(t *testing.T) error {
 		}
 		docker(t, &tarball, "import", "--change", `CMD ["/usr/local/bin/codeforge-run","--idle"]`, "-", shared.image)
 	}
-	reapStale()
+	testenv.ReapStaleContainers()
 	suffix := randomSuffix()
 	shared.sandbox = "cf-dfilter-sandbox-" + suffix
 	shared.other = "cf-dfilter-other-" + suffix
@@ -141,35 +139,11 @@ func doSetup(t *testing.T) error {
 func startContainer(t testing.TB, name string, extra ...string) string {
 	t.Helper()
 	trackContainer(name)
-	args := append([]string{"run", "-d", "--name", name, "--label", fmt.Sprintf("%s=%d", ownerLabel, os.Getpid()),
+	args := append([]string{"run", "-d", "--name", name, "--label", testenv.OwnerLabelArg(),
 		"--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges", "--network", "none",
 		"--memory", "64m", "--pids-limit", "64"}, extra...)
 	return docker(t, nil, append(args, shared.image)...)
-}
-
-// ownerLabel marks test containers with the test process's PID (the same
-// label sandbox/docker/dockertest uses).
-const ownerLabel = "codeforge-test-pid"
-
-// reapStale removes test containers whose test process is gone (killed
-// before TestMain could clean up).
-func reapStale() {
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "label="+ownerLabel,
-		"--format", `{{.ID}} {{.Label "`+ownerLabel+`"}}`).Output()
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		id, pidText, ok := strings.Cut(line, " ")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = exec.Command("docker", "rm", "-f", id).Run()
-		}
-	}
 }
 
 // writeRootfs writes a root filesystem holding only the stand-in, as
