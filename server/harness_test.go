@@ -139,6 +139,9 @@ type harnessConfig struct {
 	clientToken string
 	// noClient skips connecting the default client session.
 	noClient bool
+	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
+	// test wrapper's mount namespace costs a few ms per run).
+	denoPath string
 }
 
 // newHarness starts a real server (real local Deno runner, real skills
@@ -146,7 +149,10 @@ type harnessConfig struct {
 // Streamable HTTP.
 func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
-	deno := testenv.Deno(t)
+	deno := cfg.denoPath
+	if deno == "" {
+		deno = testenv.Deno(t)
+	}
 	skillsDir := t.TempDir()
 	lr, err := local.New(local.Options{
 		DenoPath:    deno,
