@@ -37,3 +37,17 @@ type Run interface {
 	// Finish revokes the identity and returns the run's network log.
 	Finish(ctx context.Context) ([]NetEntry, error)
 }
+
+// SharedLogGate is implemented by a Gate whose runs have no identity of
+// their own at the proxy (a transparent proxy): their network logs stay
+// empty, and the proxy's own log has every request.
+type SharedLogGate interface {
+	Gate
+	SharedLog() bool
+}
+
+// PerRunLog reports whether g's runs get their own network log.
+func PerRunLog(g Gate) bool {
+	s, ok := g.(SharedLogGate)
+	return g != nil && !(ok && s.SharedLog())
+}

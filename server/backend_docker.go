@@ -151,6 +151,10 @@ func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, 
 	return c.Open(ctx, spec)
 }
 
+// SharedLog reports a transparent proxy, whose runs have no network log
+// of their own (proxy.SharedLogGate).
+func (g *controlGate) SharedLog() bool { return g.transparent }
+
 // transparentRun is a run through a transparent proxy: no proxy URL, no
 // network log of its own.
 type transparentRun struct{}

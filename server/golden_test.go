@@ -97,10 +97,16 @@ func TestInstructionsFollowSettings(t *testing.T) {
 		t.Errorf("instructions without a gate:\n%s", h.srv.Instructions())
 	}
 	y := newGatedHarness(t, harnessConfig{edit: func(o *Options) { o.Settings.YOLO = true }})
-	for _, w := range []string{"YOLO mode is on", "Bearer STRIPE_AUTH_TOKEN", y.skillsDir + "/<name>.ts"} {
+	for _, w := range []string{"YOLO mode is on", "Bearer STRIPE_AUTH_TOKEN", y.skillsDir + "/<name>.ts", "network (each request the run made"} {
 		if !strings.Contains(y.srv.Instructions(), w) {
 			t.Errorf("YOLO instructions lack %q:\n%s", w, y.srv.Instructions())
 		}
+	}
+	// Behind a transparent proxy (docker backend, SANDBOX_PROXY_URL=none)
+	// runs have no network log of their own: the primer must not promise one.
+	tp := newHarness(t, harnessConfig{edit: func(o *Options) { o.Gate = &controlGate{transparent: true} }})
+	if text := tp.srv.Instructions(); !strings.Contains(text, "network stays empty") || strings.Contains(text, "each request the run made") {
+		t.Errorf("transparent-proxy instructions promise a per-run network log:\n%s", text)
 	}
 }
 

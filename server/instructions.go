@@ -3,6 +3,8 @@ package server
 import (
 	"fmt"
 	"strings"
+
+	"github.com/codeforge/codeforge/proxy"
 )
 
 // buildInstructions writes the usage primer: the initialize instructions
@@ -22,8 +24,13 @@ func (s *Server) buildInstructions() string {
 		"Every call is a fresh process: nothing in memory survives between calls.\n")
 	p("- The result is stdout as text, then stderr labelled \"stderr:\". A non-zero exit, a timeout and running out of memory " +
 		"each mark the result as an error with its own message; output printed before a timeout is kept.\n")
-	p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory, truncated and network " +
-		"(each request the run made: method, host, path, status, credential_injected, blocked).\n")
+	if proxy.PerRunLog(s.opts.Gate) {
+		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory, truncated and network " +
+			"(each request the run made: method, host, path, status, credential_injected, blocked).\n")
+	} else {
+		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory and truncated; " +
+			"network stays empty on this server (no per-run network log).\n")
+	}
 
 	p("\n## Files\n")
 	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchDir)
