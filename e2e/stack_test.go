@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -675,16 +674,6 @@ func (st *stack) networkGateway(tb testing.TB, network string) string {
 		tb.Fatalf("gateway of %s: %v: %s", network, err, out)
 	}
 	return strings.TrimSpace(out)
-}
-
-// contains reports whether any of the haystacks holds needle.
-func contains(needle string, haystacks ...[]byte) bool {
-	for _, h := range haystacks {
-		if bytes.Contains(h, []byte(needle)) {
-			return true
-		}
-	}
-	return false
 }
 
 // hostListener stands for any service on the host: a TCP listener on all

@@ -199,7 +199,6 @@ type proxyOpt func(*Options)
 
 func withSettings(s settings.Common) proxyOpt { return func(o *Options) { o.Settings = s } }
 func noPrivate() proxyOpt                     { return func(o *Options) { o.AllowPrivateUpstreams = false } }
-func withAPIs(set *apis.Set) proxyOpt         { return func(o *Options) { o.APIs = set } }
 
 func startProxy(t testing.TB, opts ...proxyOpt) *testProxy {
 	t.Helper()

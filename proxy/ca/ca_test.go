@@ -245,7 +245,7 @@ func TestLeafVerifiesForNamesAndIPs(t *testing.T) {
 		if _, ok := lf.PrivateKey.(*ecdsa.PrivateKey); !ok {
 			t.Errorf("leaf key is %T; want ECDSA", lf.PrivateKey)
 		}
-		if v := lf.Leaf.NotAfter.Sub(time.Now()); v < 23*time.Hour || v > 25*time.Hour {
+		if v := time.Until(lf.Leaf.NotAfter); v < 23*time.Hour || v > 25*time.Hour {
 			t.Errorf("leaf for %s valid for %v more; want about 24h", tt.in, v)
 		}
 		if len(lf.Leaf.IPAddresses)+len(lf.Leaf.DNSNames) != 1 {
