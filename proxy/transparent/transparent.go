@@ -555,8 +555,15 @@ func Serve(ctx context.Context, l net.Listener, handle func(conn net.Conn, origD
 		logger = slog.New(slog.DiscardHandler)
 	}
 	log := logger.With("component", "transparent")
-	stop := context.AfterFunc(ctx, func() { l.Close() })
-	defer stop()
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { l.Close(); close(closed) })
+	defer func() {
+		// When ctx ended, return only once l is really closed: until then
+		// a redirected client would still be accepted, then reset.
+		if !stop() {
+			<-closed
+		}
+	}()
 	var backoff time.Duration
 	for {
 		conn, err := l.Accept()
