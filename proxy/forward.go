@@ -280,25 +280,32 @@ type readCloser struct {
 	io.Closer
 }
 
+// endToEndHeaders copies h without its hop-by-hop headers: the fixed
+// ones and those the Connection header names.
+func endToEndHeaders(h http.Header) http.Header {
+	out := h.Clone()
+	if out == nil {
+		out = http.Header{}
+	}
+	for _, f := range out.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		out.Del(name)
+	}
+	return out
+}
+
 // outgoing builds the upstream request. Order: redaction, then credential
 // substitution (fwd; nil when this host gets none), then User-Agent.
 func (x *exchange) outgoing(fwd *apiRules) (*http.Request, error) {
 	in := x.in
 	p := x.p
-	h := in.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	h := endToEndHeaders(in.Header)
 
 	var redacted, injected int
 	var tokens []string
@@ -515,20 +522,7 @@ func (x *exchange) upstreamError(err error) *http.Response {
 // again, in headers and body, after decoding the body; what cannot be
 // decoded is refused.
 func (x *exchange) incoming(resp *http.Response) *http.Response {
-	h := resp.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	h := endToEndHeaders(resp.Header)
 	out := &http.Response{
 		Status:        resp.Status,
 		StatusCode:    resp.StatusCode,
