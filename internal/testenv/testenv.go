@@ -7,6 +7,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -76,12 +78,15 @@ func writeIsolatedDeno() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "codeforge-test-deno-")
-	if err != nil {
-		return "", err
-	}
 	hosts := "127.0.0.1 localhost\n::1 localhost\n127.0.0.1 " + strings.Join(TestHosts, " ") + "\n"
 	resolv := "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+	// One directory per content, shared by the test processes of a run
+	// (and later runs): named by a hash, files written by rename.
+	sum := sha256.Sum256([]byte(unshare + "\x00" + real + "\x00" + hosts + resolv))
+	dir := filepath.Join(os.TempDir(), "codeforge-test-deno-"+hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
 	script := fmt.Sprintf(`#!/bin/sh
 # deno for tests: private /etc/hosts and /etc/resolv.conf, so no name lookup
 # leaves the machine (internal/testenv.Deno).
@@ -89,20 +94,42 @@ exec %s --mount --propagation private -- /bin/sh -c '
 	mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf || exit 125
 	deno=$3; shift 3; unset PWD OLDPWD; exec "$deno" "$@"' codeforge-test-deno %s %s %s "$@"
 `, shellQuote(unshare), shellQuote(filepath.Join(dir, "hosts")), shellQuote(filepath.Join(dir, "resolv.conf")), shellQuote(real))
-	for name, content := range map[string]string{"hosts": hosts, "resolv.conf": resolv} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+	wrapper := filepath.Join(dir, "deno")
+	for name, f := range map[string]struct {
+		content string
+		mode    os.FileMode
+	}{"hosts": {hosts, 0o644}, "resolv.conf": {resolv, 0o644}, "deno": {script, 0o755}} {
+		if err := writeFileAtomic(filepath.Join(dir, name), f.content, f.mode); err != nil {
 			return "", err
 		}
-	}
-	wrapper := filepath.Join(dir, "deno")
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		return "", err
 	}
 	out, err := exec.Command(wrapper, "--version").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%s --version: %v: %s", wrapper, err, out)
 	}
 	return wrapper, nil
+}
+
+// writeFileAtomic writes path by rename, so a concurrent reader (another
+// test process) sees the old or the new file, never half of one.
+func writeFileAtomic(path, content string, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
