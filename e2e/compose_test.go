@@ -1,17 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/codeforge/codeforge/internal/testenv"
 )
 
 // composeConfig is the part of `docker compose config --format json` the
@@ -54,24 +47,7 @@ type composeConfig struct {
 // each service is on, and the sandbox's limits. Deterministic and quick: it
 // needs the compose CLI, not a running stack.
 func TestComposeHardening(t *testing.T) {
-	testenv.Docker(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(t.TempDir(), "empty.env")
-	if err := os.WriteFile(empty, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "docker", "compose", "--project-directory", root, "--env-file", empty,
-		"-f", filepath.Join(root, "docker-compose.yml"), "config", "--format", "json")
-	cmd.Env = cleanEnv()
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("docker compose config: %v\n%s", err, out)
-	}
+	out := resolvedCompose(t)
 	var c composeConfig
 	if err := json.Unmarshal(out, &c); err != nil {
 		t.Fatalf("compose config JSON: %v", err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -706,5 +707,64 @@ func hostListener(t *testing.T) (int, func() []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(peers)
+	}
+}
+
+// resolvedCompose is `docker compose config --format json` of
+// docker-compose.yml plus the given override files (relative to the
+// repository), with an empty env file: the stack exactly as Compose
+// resolves it, without starting anything.
+func resolvedCompose(t *testing.T, overrides ...string) []byte {
+	t.Helper()
+	testenv.Docker(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.env")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"compose", "--project-directory", root, "--env-file", empty, "-f", filepath.Join(root, "docker-compose.yml")}
+	for _, o := range overrides {
+		args = append(args, "-f", filepath.Join(root, o))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", append(args, "config", "--format", "json")...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("docker compose config: %v\n%s", err, out)
+	}
+	return out
+}
+
+// checkEcho checks the result of echoFetch with the token name: status
+// 200, the API got the real value (by its hash), the code saw only the
+// name, and the secret is nowhere in the output.
+func checkEcho(t *testing.T, st *stack, res *mcp.CallToolResult) {
+	t.Helper()
+	out := text(res)
+	status, body, _ := strings.Cut(stdout(res), "\n")
+	if status != "200" {
+		t.Fatalf("status %q, output %s", status, out)
+	}
+	var echo struct {
+		Authorization string `json:"authorization"`
+		AuthSHA256    string `json:"authorization_sha256"`
+	}
+	if err := json.Unmarshal([]byte(body), &echo); err != nil {
+		t.Fatalf("echo body %q: %v", body, err)
+	}
+	sum := sha256.Sum256([]byte("Bearer " + st.secret))
+	if echo.AuthSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("the API did not receive the real credential (sha256 %s)", echo.AuthSHA256)
+	}
+	if echo.Authorization != "Bearer "+tokenName {
+		t.Errorf("the code saw Authorization %q echoed back, want the token name", echo.Authorization)
+	}
+	if strings.Contains(out, st.secret) {
+		t.Error("the secret value reached the code's output")
 	}
 }

@@ -2,13 +2,10 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,8 +13,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/codeforge/codeforge/internal/testenv"
 )
 
 // transparentOverride is the compose file of transparent proxy mode.
@@ -48,27 +43,7 @@ func testTransparentCredentials(t *testing.T, st *stack, cs *mcp.ClientSession) 
 	if res.IsError {
 		t.Fatalf("fetch through the transparent proxy failed: %s\n%s", out, st.diagnostics())
 	}
-	status, body, _ := strings.Cut(stdout(res), "\n")
-	if status != "200" {
-		t.Fatalf("status %q, output %s", status, out)
-	}
-	var echo struct {
-		Authorization string `json:"authorization"`
-		AuthSHA256    string `json:"authorization_sha256"`
-	}
-	if err := json.Unmarshal([]byte(body), &echo); err != nil {
-		t.Fatalf("echo body %q: %v", body, err)
-	}
-	sum := sha256.Sum256([]byte("Bearer " + st.secret))
-	if echo.AuthSHA256 != hex.EncodeToString(sum[:]) {
-		t.Errorf("the API did not receive the real credential (sha256 %s)", echo.AuthSHA256)
-	}
-	if echo.Authorization != "Bearer "+tokenName {
-		t.Errorf("the code saw Authorization %q echoed back, want the token name", echo.Authorization)
-	}
-	if strings.Contains(out, st.secret) {
-		t.Error("the secret value reached the code's output")
-	}
+	checkEcho(t, st, res)
 	// No per-run identity in this mode: the run's own log is empty, the
 	// proxy's log has the request under the shared "transparent" identity.
 	if net := structured(t, res).Network; len(net) != 0 {
@@ -238,24 +213,7 @@ func testTransparentProxyStopped(t *testing.T, st *stack, cs *mcp.ClientSession)
 // holds nothing; the server passes runs no proxy URL. Quick: it needs the
 // compose CLI, not a running stack.
 func TestComposeTransparentHardening(t *testing.T) {
-	testenv.Docker(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(t.TempDir(), "empty.env")
-	if err := os.WriteFile(empty, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "docker", "compose", "--project-directory", root, "--env-file", empty,
-		"-f", filepath.Join(root, "docker-compose.yml"), "-f", filepath.Join(root, transparentOverride), "config", "--format", "json")
-	cmd.Env = cleanEnv()
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("docker compose config: %v\n%s", err, out)
-	}
+	out := resolvedCompose(t, transparentOverride)
 	var c struct {
 		Services map[string]struct {
 			ReadOnly    bool     `json:"read_only"`
