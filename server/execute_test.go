@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,25 +178,9 @@ func TestExecuteBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			runs := h.runner.runs.Load()
-			res := h.call("execute_code", json.RawMessage(tc.args))
-			text := allText(res)
-			if !res.IsError {
-				t.Fatalf("IsError=false for bad input; content %q", text)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(text, w) {
-					t.Errorf("message %q does not contain %q", text, w)
-				}
-			}
+			res := h.refused(t, "execute_code", json.RawMessage(tc.args), tc.want, before)
 			if res.StructuredContent != nil {
 				t.Errorf("a refused call has structuredContent %v", res.StructuredContent)
-			}
-			if n := h.runner.runs.Load(); n != runs {
-				t.Errorf("a run started for bad input (%d runs, was %d)", n, runs)
-			}
-			if after := snapshot(t, h.skillsDir); !maps.Equal(before, after) {
-				t.Errorf("skills directory changed: %v -> %v", before, after)
 			}
 		})
 	}

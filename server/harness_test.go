@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -334,4 +335,29 @@ func writeFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// refused calls tool with args and checks the call was refused as bad
+// input: a tool error whose text holds every want, no run started and the
+// skills directory still equal to before. It returns the result.
+func (h *harness) refused(t *testing.T, tool string, args any, want []string, before map[string]string) *mcp.CallToolResult {
+	t.Helper()
+	runs := h.runner.runs.Load()
+	res := h.call(tool, args)
+	text := allText(res)
+	if !res.IsError {
+		t.Fatalf("IsError=false for bad input; content %q", text)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("message %q does not contain %q", text, w)
+		}
+	}
+	if n := h.runner.runs.Load(); n != runs {
+		t.Errorf("a run started for bad input (%d runs, was %d)", n, runs)
+	}
+	if after := snapshot(t, h.skillsDir); !maps.Equal(before, after) {
+		t.Errorf("skills directory changed: %v -> %v", before, after)
+	}
+	return res
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -137,23 +136,7 @@ func TestUpdateSkill(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			runs := h.runner.runs.Load()
-			res := h.call("update_skill", tc.args)
-			text := allText(res)
-			if !res.IsError {
-				t.Fatalf("IsError=false: %q", text)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(text, w) {
-					t.Errorf("message %q does not contain %q", text, w)
-				}
-			}
-			if after := snapshot(t, h.skillsDir); !maps.Equal(before, after) {
-				t.Errorf("skills directory changed:\n%v\n->\n%v", before, after)
-			}
-			if h.runner.runs.Load() != runs {
-				t.Error("a run started")
-			}
+			h.refused(t, "update_skill", tc.args, tc.want, before)
 		})
 	}
 }
@@ -204,19 +187,7 @@ func TestDeleteSkill(t *testing.T) {
 	writeFile(t, outside, "outside")
 	for _, tc := range cases {
 		t.Run(tc.label, func(t *testing.T) {
-			res := h.call("delete_skill", tc.args)
-			text := allText(res)
-			if !res.IsError {
-				t.Fatalf("IsError=false: %q", text)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(text, w) {
-					t.Errorf("message %q does not contain %q", text, w)
-				}
-			}
-			if after := snapshot(t, h.skillsDir); !maps.Equal(before, after) {
-				t.Errorf("skills directory changed: %v -> %v", before, after)
-			}
+			h.refused(t, "delete_skill", tc.args, tc.want, before)
 		})
 	}
 	if b, err := os.ReadFile(outside); err != nil || string(b) != "outside" {
