@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // Defaults for Options fields left zero.
@@ -44,7 +46,7 @@ const (
 	DefaultDockerHost     = "unix:///var/run/docker.sock"
 	DefaultSandboxService = "sandbox"
 	DefaultRunUser        = "10001:10001"
-	DefaultWrapper        = "/usr/local/bin/codeforge-run"
+	DefaultWrapper        = runpolicy.WrapperPath
 	DefaultMaxExecs       = 10000
 	DefaultExecTTL        = time.Hour
 )

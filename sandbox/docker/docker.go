@@ -1,14 +1,14 @@
 // Package docker is the sandbox backend that runs code in the sandbox
 // container: each run is one `docker exec` of codeforge-run (the wrapper
-// in the sandbox image, deploy/sandbox/codeforge-run), made through the
+// in the sandbox image, package sandbox/wrapper), made through the
 // Docker socket filter (package dockerfilter) with
 // github.com/moby/moby/client. The code goes in on the exec's stdin,
 // stdout and stderr come back demultiplexed into capped collectors, and
 // the exit code comes from exec inspect.
 //
 // The Docker API cannot kill an exec, so time limits are enforced inside
-// the sandbox: the wrapper runs deno under `timeout -s KILL` in a process
-// group of its own, and when a run outlives its timeout by a grace period
+// the sandbox: the wrapper runs deno in a process group of its own and
+// kills the group when the run's time is up, and when a run outlives its timeout by a grace period
 // or its context ends, the runner execs `codeforge-run --kill <run id>`,
 // which kills that group and removes the run's scratch directory.
 package docker
@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"path"
 	"regexp"
 	"strconv"
@@ -31,9 +30,9 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
-	"github.com/codeforge/codeforge/dockerfilter"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // Defaults for Options and Request fields left zero.
@@ -45,7 +44,7 @@ const (
 	// DefaultMemoryMB caps each run's V8 heap. It is half of the sandbox
 	// container's 512 MB, so V8's own limit (a clean out-of-memory report)
 	// is reached before the container's (a SIGKILL from the kernel).
-	DefaultMemoryMB  = 256
+	DefaultMemoryMB  = runpolicy.SandboxMemoryMB
 	DefaultMaxOutput = 1 << 20
 	// DefaultGrace is how long past a run's timeout the runner waits for
 	// the wrapper's own timeout before killing the run from outside.
@@ -56,19 +55,19 @@ const (
 const ScratchDirDescription = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
 
 const (
-	wrapper = dockerfilter.WrapperName
+	wrapper = runpolicy.WrapperName
 	// wrapperPrefix starts every message codeforge-run itself writes.
-	wrapperPrefix = "codeforge-run: "
+	wrapperPrefix = runpolicy.MessagePrefix
 	// signalTrailer is the last stderr line codeforge-run writes when a
 	// signal ended deno (it is alive to write it, so the sandbox is too).
-	signalTrailer = "codeforge-run: deno ended by signal "
+	signalTrailer = runpolicy.SignalTrailer
 	// wrapperRefused is codeforge-run's exit status when it refuses a run.
-	wrapperRefused = 125
+	wrapperRefused = runpolicy.ExitRefused
 	// stderrTail is how much of the end of stderr is kept to find V8's
 	// out-of-memory report and the wrapper's trailer after a flood.
 	stderrTail = 8 << 10
 	// maxTimeout is the longest run the filter accepts (one day).
-	maxTimeout = 24 * time.Hour
+	maxTimeout = runpolicy.MaxTimeout
 	// controlTimeout bounds the small execs (--kill, --check) and the
 	// inspect after a run.
 	controlTimeout = 15 * time.Second
@@ -353,6 +352,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		// end it; the exit code may not be recorded yet.
 		res.TimedOut = true
 		res.ExitCode = 137
+		res.Stderr = stripTrailer(res.Stderr)
 		if inspectErr == nil && exitCode > 0 {
 			res.ExitCode = exitCode
 		}
@@ -401,7 +401,8 @@ func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.
 		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes)
 }
 
-// runEnv is the run's exec environment, checked as the filter will.
+// runEnv is the run's exec environment (runpolicy's wrapper contract,
+// which the filter and the wrapper check again).
 func (r *Runner) runEnv(id string, req sandbox.Request) ([]string, error) {
 	if req.Timeout <= 0 || req.Timeout > maxTimeout {
 		return nil, fmt.Errorf("timeout is %v: want a positive duration of at most %v", req.Timeout, maxTimeout)
@@ -409,54 +410,19 @@ func (r *Runner) runEnv(id string, req sandbox.Request) ([]string, error) {
 	if req.MaxOutput < 0 {
 		return nil, fmt.Errorf("max output is %d bytes: want a positive number, or 0 for the default %d", req.MaxOutput, DefaultMaxOutput)
 	}
-	net := ""
-	switch {
-	case req.AllowAllHosts:
-		net = "*"
-	case len(req.AllowHosts) > 0:
-		for _, h := range req.AllowHosts {
-			if h == "" || strings.ContainsAny(h, ", *") {
-				return nil, fmt.Errorf("allowed host %q is not a host name or IP address with an optional port", h)
-			}
-		}
-		net = strings.Join(req.AllowHosts, ",")
-	}
-	for _, p := range req.ReadPaths {
-		if !path.IsAbs(p) || strings.Contains(p, ",") {
-			return nil, fmt.Errorf("read path %q must be an absolute path without commas", p)
-		}
-	}
-	env := []string{
-		"CODEFORGE_RUN_ID=" + id,
-		"CODEFORGE_TIMEOUT=" + timeoutSeconds(req.Timeout),
-		"CODEFORGE_ALLOW_NET=" + net,
-		"CODEFORGE_MEMORY_MB=" + strconv.Itoa(r.memoryMB),
-	}
-	if len(req.ReadPaths) > 0 {
-		env = append(env, "CODEFORGE_READ="+strings.Join(req.ReadPaths, ","))
-	}
-	if req.ProxyURL != "" {
-		if u, err := url.Parse(req.ProxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// The URL holds the run's proxy secret: never echo it.
-			return nil, errors.New("proxy URL is not an http:// or https:// URL with a host")
-		}
-		env = append(env, "HTTPS_PROXY="+req.ProxyURL, "HTTP_PROXY="+req.ProxyURL)
-	}
-	if err := dockerfilter.CheckRunEnv(env); err != nil {
+	env, err := runpolicy.Run{
+		ID:        id,
+		Timeout:   req.Timeout,
+		Hosts:     req.AllowHosts,
+		AllHosts:  req.AllowAllHosts,
+		MemoryMB:  r.memoryMB,
+		ReadPaths: req.ReadPaths,
+		ProxyURL:  req.ProxyURL,
+	}.Env()
+	if err != nil {
 		return nil, fmt.Errorf("run settings the sandbox refuses: %w", err)
 	}
 	return env, nil
-}
-
-// timeoutSeconds formats d as seconds with at most three decimals,
-// rounded up to the millisecond.
-func timeoutSeconds(d time.Duration) string {
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	s := strconv.FormatInt(ms/1000, 10)
-	if frac := ms % 1000; frac != 0 {
-		s += strings.TrimRight(fmt.Sprintf(".%03d", frac), "0")
-	}
-	return s
 }
 
 // exitCode reads an exec's exit code, waiting up to wait for the engine
@@ -523,7 +489,7 @@ func (r *Runner) kill(id string) {
 	switch {
 	case err != nil:
 		r.log.Warn("kill run", "run", id, "err", err)
-	case res.exitCode != 0 && res.exitCode != 3: // 3: the run had already ended
+	case res.exitCode != 0 && res.exitCode != runpolicy.ExitNoSuchRun: // the run had already ended
 		r.log.Warn("kill run", "run", id, "exit_code", res.exitCode, "stderr", firstLine(res.stderr))
 	default:
 		r.log.Info("killed run", "run", id)

@@ -1,0 +1,295 @@
+package runpolicy
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The wrapper's contract: codeforge-run is the one command the socket
+// filter lets the server exec in the sandbox container.
+//
+//	codeforge-run            run the TypeScript read from stdin (settings in Env)
+//	codeforge-run --kill ID  kill run ID's whole process group, remove its files
+//	                         (a run still starting never starts deno)
+//	codeforge-run --check    exit 0 iff deno starts and the proxy CA is present
+//	codeforge-run --idle     a keepalive that reaps orphans (PID 1 in tests)
+//
+// Its exit status is deno's (128+N when signal N ended deno, followed by
+// a last stderr line SignalTrailer+N), ExitRefused when it refuses to run
+// (its message on stderr starts with MessagePrefix), and for --kill
+// ExitNoSuchRun when no such run exists.
+const (
+	WrapperName   = "codeforge-run"
+	WrapperPath   = "/usr/local/bin/codeforge-run"
+	MessagePrefix = "codeforge-run: "
+	SignalTrailer = "codeforge-run: deno ended by signal "
+	ExitRefused   = 125
+	ExitNoSuchRun = 3
+	// ExitKilledBeforeStart is a run's status when --kill came first.
+	ExitKilledBeforeStart = 137
+)
+
+// Paths inside the sandbox container.
+const (
+	SandboxDeno   = "/usr/local/bin/deno"
+	SandboxRuns   = "/tmp/runs"
+	SandboxSkills = "/skills"
+	SandboxCA     = "/ca/ca.pem"
+)
+
+// Limits of the wrapper's settings.
+const (
+	MaxTimeout           = 24 * time.Hour
+	MaxMemoryMB          = 999999
+	SandboxMemoryMB      = 256 // default V8 heap cap in the sandbox container
+	maxTimeoutFracDigits = 3
+)
+
+// The environment variables of a run's exec, in the order Env writes them.
+const (
+	EnvRunID      = "CODEFORGE_RUN_ID"
+	EnvTimeout    = "CODEFORGE_TIMEOUT"
+	EnvAllowNet   = "CODEFORGE_ALLOW_NET"
+	EnvMemoryMB   = "CODEFORGE_MEMORY_MB"
+	EnvRead       = "CODEFORGE_READ"
+	EnvHTTPSProxy = "HTTPS_PROXY"
+	EnvHTTPProxy  = "HTTP_PROXY"
+)
+
+// EnvKeys lists every variable a run's exec may set, in canonical order.
+var EnvKeys = []string{EnvRunID, EnvTimeout, EnvAllowNet, EnvMemoryMB, EnvRead, EnvHTTPSProxy, EnvHTTPProxy}
+
+var (
+	runIDPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	timeoutPattern = regexp.MustCompile(`^[0-9]{1,5}(\.[0-9]{1,3})?$`)
+	memoryPattern  = regexp.MustCompile(`^[1-9][0-9]{0,5}$`)
+)
+
+// Run is one run's settings as the wrapper receives them.
+type Run struct {
+	ID        string
+	Timeout   time.Duration // whole milliseconds, up to MaxTimeout
+	Hosts     []string
+	AllHosts  bool
+	MemoryMB  int // 0: SandboxMemoryMB
+	ReadPaths []string
+	ProxyURL  string
+}
+
+// CheckRunID says why id cannot name a run.
+func CheckRunID(id string) error {
+	if !runIDPattern.MatchString(id) {
+		return fmt.Errorf("%s is missing or not [A-Za-z0-9][A-Za-z0-9_-]{0,63}", EnvRunID)
+	}
+	return nil
+}
+
+// Check says what is wrong with r, naming the variable that carries it.
+func (r Run) Check() error {
+	if err := CheckRunID(r.ID); err != nil {
+		return err
+	}
+	if r.Timeout <= 0 || r.Timeout > MaxTimeout {
+		return fmt.Errorf("%s is missing or not a positive number of seconds (at most %d, up to 3 decimals)", EnvTimeout, int(MaxTimeout.Seconds()))
+	}
+	if r.MemoryMB < 0 || r.MemoryMB > MaxMemoryMB {
+		return fmt.Errorf("%s is not a positive number of megabytes", EnvMemoryMB)
+	}
+	if r.AllHosts && len(r.Hosts) > 0 {
+		return fmt.Errorf("%s is either \"*\" or a list of hosts, not both", EnvAllowNet)
+	}
+	for _, h := range r.Hosts {
+		if err := CheckHost(h); err != nil {
+			return fmt.Errorf("%s: %w", EnvAllowNet, err)
+		}
+	}
+	for _, p := range r.ReadPaths {
+		if err := checkPlainPath(p); err != nil {
+			return fmt.Errorf("%s: %w", EnvRead, err)
+		}
+	}
+	if r.ProxyURL != "" {
+		if err := CheckProxyURL(r.ProxyURL); err != nil {
+			return fmt.Errorf("%s/%s: %w", EnvHTTPSProxy, EnvHTTPProxy, err)
+		}
+	}
+	return nil
+}
+
+// Env is r as the exec's environment, in canonical order; an error says
+// which setting the wrapper would refuse.
+func (r Run) Env() ([]string, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	net := strings.Join(r.Hosts, ",")
+	if r.AllHosts {
+		net = "*"
+	}
+	env := []string{
+		EnvRunID + "=" + r.ID,
+		EnvTimeout + "=" + formatTimeout(r.Timeout),
+		EnvAllowNet + "=" + net,
+	}
+	if r.MemoryMB != 0 {
+		env = append(env, EnvMemoryMB+"="+strconv.Itoa(r.MemoryMB))
+	}
+	if len(r.ReadPaths) > 0 {
+		env = append(env, EnvRead+"="+strings.Join(r.ReadPaths, ","))
+	}
+	if r.ProxyURL != "" {
+		env = append(env, EnvHTTPSProxy+"="+r.ProxyURL, EnvHTTPProxy+"="+r.ProxyURL)
+	}
+	return env, nil
+}
+
+// ParseEnv reads a run's settings from an exec environment strictly:
+// each entry KEY=VALUE, each key one of EnvKeys and given at most once,
+// each value of its exact form; the run ID and timeout are required.
+// Messages never repeat a value (the proxy URLs hold the run's proxy
+// credential).
+func ParseEnv(env []string) (Run, error) {
+	vals := map[string]string{}
+	for i, e := range env {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			return Run{}, fmt.Errorf("Env entry %d is not KEY=VALUE", i)
+		}
+		if !isEnvKey(k) {
+			return Run{}, fmt.Errorf("Env key %q is not allowed (allowed: %s)", trim(k), strings.Join(EnvKeys, ", "))
+		}
+		if _, dup := vals[k]; dup {
+			return Run{}, fmt.Errorf("Env key %s is given twice", k)
+		}
+		vals[k] = v
+	}
+	var r Run
+	r.ID = vals[EnvRunID]
+	if err := CheckRunID(r.ID); err != nil {
+		return Run{}, err
+	}
+	t, ok := vals[EnvTimeout]
+	if !ok || !timeoutPattern.MatchString(t) {
+		return Run{}, fmt.Errorf("%s is missing or not a positive number of seconds (at most %d, up to 3 decimals)", EnvTimeout, int(MaxTimeout.Seconds()))
+	}
+	r.Timeout = parseTimeout(t)
+	if m, ok := vals[EnvMemoryMB]; ok {
+		if !memoryPattern.MatchString(m) {
+			return Run{}, fmt.Errorf("%s is not a positive number of megabytes", EnvMemoryMB)
+		}
+		r.MemoryMB, _ = strconv.Atoi(m)
+	}
+	switch net := vals[EnvAllowNet]; net {
+	case "":
+	case "*":
+		r.AllHosts = true
+	default:
+		r.Hosts = strings.Split(net, ",")
+		for _, h := range r.Hosts {
+			if CheckHost(h) != nil {
+				return Run{}, fmt.Errorf("%s is not \"\", \"*\" or a comma-separated list of hosts", EnvAllowNet)
+			}
+		}
+	}
+	if read, ok := vals[EnvRead]; ok && read != "" {
+		r.ReadPaths = strings.Split(read, ",")
+		for _, p := range r.ReadPaths {
+			if checkPlainPath(p) != nil {
+				return Run{}, fmt.Errorf("%s is not a comma-separated list of absolute paths of plain characters without '..'", EnvRead)
+			}
+		}
+	}
+	hp, hasHTTPS := vals[EnvHTTPSProxy]
+	p, hasHTTP := vals[EnvHTTPProxy]
+	for _, kv := range [][2]string{{EnvHTTPSProxy, hp}, {EnvHTTPProxy, p}} {
+		if _, ok := vals[kv[0]]; ok && CheckProxyURL(kv[1]) != nil {
+			return Run{}, fmt.Errorf("%s is not an http(s) URL of plain characters", kv[0])
+		}
+	}
+	switch {
+	case hasHTTPS && hasHTTP && hp != p:
+		return Run{}, fmt.Errorf("%s and %s differ: a run has one proxy identity", EnvHTTPSProxy, EnvHTTPProxy)
+	case hasHTTPS:
+		r.ProxyURL = hp
+	case hasHTTP:
+		r.ProxyURL = p
+	}
+	if err := r.Check(); err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// Spec is the deno Spec of run r inside the sandbox container; caPresent
+// says whether the proxy's CA certificate is there to trust.
+func (r Run) Spec(caPresent bool) Spec {
+	scratch := SandboxRuns + "/" + r.ID
+	s := Spec{
+		Scratch:   scratch,
+		DenoDir:   CacheDir(scratch),
+		Skills:    SandboxSkills,
+		ReadPaths: r.ReadPaths,
+		Hosts:     r.Hosts,
+		AllHosts:  r.AllHosts,
+		MemoryMB:  r.MemoryMB,
+		ProxyURL:  r.ProxyURL,
+	}
+	if s.MemoryMB == 0 {
+		s.MemoryMB = SandboxMemoryMB
+	}
+	if caPresent {
+		s.CACert = SandboxCA
+	}
+	return s
+}
+
+func isEnvKey(k string) bool {
+	for _, e := range EnvKeys {
+		if e == k {
+			return true
+		}
+	}
+	return false
+}
+
+// formatTimeout writes d as seconds with at most three decimals, rounded
+// up to the millisecond.
+func formatTimeout(d time.Duration) string {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	s := strconv.FormatInt(ms/1000, 10)
+	if frac := ms % 1000; frac != 0 {
+		s += strings.TrimRight(fmt.Sprintf(".%03d", frac), "0")
+	}
+	return s
+}
+
+// RoundTimeout is d rounded up to the millisecond, as the wrapper gets it.
+func RoundTimeout(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// parseTimeout reads a value that matched timeoutPattern.
+func parseTimeout(s string) time.Duration {
+	ip, fp, _ := strings.Cut(s, ".")
+	sec, _ := strconv.ParseInt(ip, 10, 64)
+	ms := int64(0)
+	if fp != "" {
+		fp += strings.Repeat("0", maxTimeoutFracDigits-len(fp))
+		ms, _ = strconv.ParseInt(fp, 10, 64)
+	}
+	return time.Duration(sec)*time.Second + time.Duration(ms)*time.Millisecond
+}
+
+// ErrUsage is the wrapper's answer to arguments it does not know.
+var ErrUsage = errors.New("usage: codeforge-run [--kill RUN_ID | --check | --idle] (code on stdin, settings in CODEFORGE_* variables)")
+
+func trim(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

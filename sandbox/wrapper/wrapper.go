@@ -1,0 +1,324 @@
+//go:build linux
+
+// Package wrapper is codeforge-run, the program the Docker backend execs
+// in the sandbox container (built as cmd/codeforge-run into the sandbox
+// image). It reads one run's settings from its environment (the contract
+// in package runpolicy, which the socket filter has already enforced),
+// checks them again, and starts deno exactly as runpolicy says, in a
+// session and process group of its own, killed whole when the run's time
+// is up or on request (--kill: the Docker API cannot kill an exec). When
+// the run ends, its scratch directory and Deno cache are removed: nothing
+// it wrote remains in the sandbox.
+package wrapper
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
+)
+
+// Paths is where the wrapper finds things; the zero value is the
+// sandbox image's layout (runpolicy.Sandbox*).
+type Paths struct {
+	Deno, Runs, CA string
+}
+
+func (p Paths) withDefaults() Paths {
+	if p.Deno == "" {
+		p.Deno = runpolicy.SandboxDeno
+	}
+	if p.Runs == "" {
+		p.Runs = runpolicy.SandboxRuns
+	}
+	if p.CA == "" {
+		p.CA = runpolicy.SandboxCA
+	}
+	return p
+}
+
+// Main runs codeforge-run with args (without the program name) and the
+// process's own stdio and environment, and returns its exit status.
+func Main(args []string) int {
+	w := &wrapper{paths: Paths{}.withDefaults(), stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.LookupEnv}
+	return w.main(args)
+}
+
+type wrapper struct {
+	paths                 Paths
+	stdin, stdout, stderr *os.File
+	getenv                func(string) (string, bool)
+}
+
+// refusal is an exit with runpolicy.ExitRefused and a message.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+
+func refuse(format string, a ...any) error { return &refusal{fmt.Sprintf(format, a...)} }
+
+func (w *wrapper) main(args []string) int {
+	syscall.Umask(0o077)
+	var code int
+	var err error
+	switch {
+	case len(args) == 0:
+		code, err = w.run()
+	case args[0] == "--kill" && len(args) == 2:
+		code, err = w.kill(args[1])
+	case args[0] == "--check" && len(args) == 1:
+		code, err = 0, w.check()
+	case args[0] == "--idle" && len(args) == 1:
+		return idle()
+	default:
+		err = refuse("%v", runpolicy.ErrUsage)
+	}
+	if err != nil {
+		fmt.Fprintf(w.stderr, "%s%v\n", runpolicy.MessagePrefix, err)
+		return runpolicy.ExitRefused
+	}
+	return code
+}
+
+// settings reads the run's variables, and only those: the engine adds
+// others (PATH, HOSTNAME, HOME) that mean nothing to a run.
+func (w *wrapper) settings() (runpolicy.Run, error) {
+	var env []string
+	for _, k := range runpolicy.EnvKeys {
+		if v, ok := w.getenv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return runpolicy.ParseEnv(env)
+}
+
+func (w *wrapper) run() (int, error) {
+	r, err := w.settings()
+	if err != nil {
+		return 0, err
+	}
+	if err := mkdirAll(w.paths.Runs); err != nil {
+		return 0, err
+	}
+	spec := r.Spec(nonEmpty(w.paths.CA))
+	spec.Scratch = filepath.Join(w.paths.Runs, r.ID)
+	spec.DenoDir = runpolicy.CacheDir(spec.Scratch)
+	pidfile := spec.Scratch + ".pid"
+	if err := os.Mkdir(spec.Scratch, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return 0, refuse("cannot create %s (run ID reused?)", spec.Scratch)
+		}
+		return 0, fsError("create the run's directory", spec.Scratch, err)
+	}
+	cleanup := func() {
+		_ = os.Remove(pidfile)
+		if err := runpolicy.RemoveRun(spec.Scratch); err != nil {
+			fmt.Fprintf(w.stderr, "%s%v\n", runpolicy.MessagePrefix, err)
+		}
+	}
+	if marker := spec.Scratch + ".killed"; exists(marker) {
+		// --kill came before this run got here: it never starts.
+		_ = os.Remove(marker)
+		cleanup()
+		fmt.Fprintf(w.stderr, "%srun %s was killed before it started\n", runpolicy.MessagePrefix, r.ID)
+		return runpolicy.ExitKilledBeforeStart, nil
+	}
+	if err := os.Mkdir(spec.DenoDir, 0o700); err != nil {
+		cleanup()
+		return 0, fsError("create the run's Deno cache", spec.DenoDir, err)
+	}
+
+	cmd := &exec.Cmd{
+		Path:   w.paths.Deno,
+		Args:   append([]string{"deno"}, runpolicy.Args(spec)...),
+		Env:    runpolicy.Env(spec),
+		Dir:    spec.Scratch,
+		Stdin:  w.stdin,
+		Stdout: w.stdout,
+		Stderr: w.stderr,
+		// A session and process group of its own: a kill of the group
+		// reaches everything deno started.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	// Signals to the wrapper end the run, not just the wrapper.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		cleanup()
+		return 0, refuse("start %s: %v", w.paths.Deno, err)
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		cleanup()
+		return 0, fsError("record the run's process group", pidfile, err)
+	}
+	timer := time.AfterFunc(r.Timeout, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var status int
+	select {
+	case <-waited:
+		status = exitStatus(cmd.ProcessState)
+	case <-sigs:
+		timer.Stop()
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-waited
+		cleanup()
+		return 143, nil
+	}
+	timer.Stop()
+	// Whatever deno left in its group goes too. While a member lives, the
+	// group ID cannot have been handed to anyone else.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	cleanup()
+	if status > 128 {
+		// The runner reads this last line to tell deno being killed (by
+		// the timeout or the memory limit) from the whole sandbox going
+		// down, which takes the wrapper with it.
+		fmt.Fprintf(w.stderr, "%s%d\n", runpolicy.SignalTrailer, status-128)
+	}
+	return status, nil
+}
+
+// kill ends run id: its whole process group, then its files. The runner
+// may ask while the run is still starting: a marker file tells it never
+// to start. The run creates its directory, then looks for the marker;
+// this writes the marker, then looks for the directory (for up to two
+// seconds), so one of the two always sees the other. A marker no run
+// took (it had already ended) is removed again.
+func (w *wrapper) kill(id string) (int, error) {
+	if runpolicy.CheckRunID(id) != nil {
+		return 0, refuse("--kill needs a run ID ([A-Za-z0-9][A-Za-z0-9_-]{0,63})")
+	}
+	if err := mkdirAll(w.paths.Runs); err != nil {
+		return 0, err
+	}
+	scratch := filepath.Join(w.paths.Runs, id)
+	pidfile, marker := scratch+".pid", scratch+".killed"
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return 0, fsError("write the kill marker", marker, err)
+	}
+	for i := 0; i < 40 && !exists(scratch) && !exists(pidfile) && exists(marker); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !exists(marker) {
+		return 0, nil // the run saw it and stopped before starting deno
+	}
+	if !exists(scratch) && !exists(pidfile) {
+		_ = os.Remove(marker)
+		fmt.Fprintf(w.stderr, "%sno run %s\n", runpolicy.MessagePrefix, id)
+		return runpolicy.ExitNoSuchRun, nil
+	}
+	// The run is between creating its directory and recording its
+	// process group: give it a moment to do so (or to see the marker).
+	for i := 0; i < 40 && !exists(pidfile) && exists(scratch); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if data, err := os.ReadFile(pidfile); err == nil {
+		if pgid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pgid > 1 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	_ = os.Remove(pidfile)
+	err := runpolicy.RemoveRun(scratch)
+	_ = os.Remove(marker)
+	if err != nil {
+		return 0, refuse("%v", err)
+	}
+	return 0, nil
+}
+
+// minFree is the free space --check wants in the runs' filesystem.
+const minFree = 1 << 20
+
+// check says why the sandbox cannot take runs: deno does not start, the
+// runs' directory cannot be made or its filesystem is full, or the
+// proxy's CA is not there yet.
+func (w *wrapper) check() error {
+	if err := mkdirAll(w.paths.Runs); err != nil {
+		return err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(w.paths.Runs, &st); err == nil && st.Bavail*uint64(st.Bsize) < minFree {
+		return refuse("%s is full (%d bytes free): runs cannot start; restart the sandbox container to clear it", w.paths.Runs, st.Bavail*uint64(st.Bsize))
+	}
+	dir, err := os.MkdirTemp(w.paths.Runs, ".check-")
+	if err != nil {
+		return fsError("create a check directory", w.paths.Runs, err)
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command(w.paths.Deno, "--version")
+	cmd.Env = []string{"HOME=" + dir, "DENO_DIR=" + dir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "deno ") {
+		return refuse("%s does not start: %v", w.paths.Deno, err)
+	}
+	if !nonEmpty(w.paths.CA) {
+		return refuse("%s is missing or empty: the proxy has not published its CA certificate yet", w.paths.CA)
+	}
+	return nil
+}
+
+// idle is the container's keepalive for tests (PID 1): it reaps the
+// orphans that exec'd processes leave behind and exits on TERM, INT or
+// HUP.
+func idle() int {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			return 0
+		}
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+	return 0
+}
+
+func mkdirAll(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fsError("create", dir, err)
+	}
+	return nil
+}
+
+// fsError words a filesystem failure; a full filesystem says so plainly.
+func fsError(what, path string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return refuse("the sandbox's %s is full (no space left on device): cannot %s %s; runs remove their files when they end, so restart the sandbox container to clear it", filepath.Dir(path), what, path)
+	}
+	return refuse("cannot %s %s: %v (is /tmp a writable tmpfs?)", what, path, err)
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func nonEmpty(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
+}
+
+// exitStatus is deno's exit status, or 128+N when signal N ended it.
+func exitStatus(state *os.ProcessState) int {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return state.ExitCode()
+}
