@@ -433,3 +433,23 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestFullTmpSaysSo: when the sandbox's /tmp is full anyway (something
+// else filled it), a run fails with an error that says what is full and
+// what to do, and Ready says so too, instead of an I/O error from deep
+// inside.
+func TestFullTmpSaysSo(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{TmpfsMB: 8})
+	r := newRunner(t, Options{DockerHost: sb.FilterHost})
+	mustRun(t, r, sandbox.Request{Code: `console.log(1)`})
+	// Fill it from outside (cat stops at the first write that fails).
+	sb.Exec(t, "sh", "-c", "cat /usr/local/bin/deno > /tmp/filler 2>/dev/null; true")
+	res, err := r.Run(context.Background(), sandbox.Request{Code: `console.log(1)`, Timeout: 30 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "full") || !strings.Contains(err.Error(), "/tmp") {
+		t.Errorf("run on a full /tmp: %+v, %v; want an error saying /tmp is full", res, err)
+	}
+	if err := r.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Errorf("Ready on a full /tmp: %v; want it to say /tmp is full", err)
+	}
+}

@@ -1,0 +1,74 @@
+package docker
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeforge/codeforge/sandbox"
+	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
+)
+
+// BenchmarkDockerSoak runs b.N runs through the Docker backend as a
+// long-running deployment would (code that writes a file and is
+// transpiled) and reports, before and after, the sandbox's /tmp use
+// (du, KB) and entries, the container's memory (its cgroup's
+// memory.current, MB) and the runner process's Go heap: all flat.
+// Before runpolicy gave each run its own Deno cache, every run left its
+// transpiled code in /tmp/deno-dir until the 64 MB tmpfs was full.
+//
+//	go test ./sandbox/docker -run '^$' -bench DockerSoak -benchtime 2000x
+func BenchmarkDockerSoak(b *testing.B) {
+	sb := dockertest.Start(b, dockertest.Options{})
+	r, err := New(Options{DockerHost: sb.FilterHost, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	const code = `
+interface Row { id: number; name: string }
+const rows: Row[] = Array.from({ length: 100 }, (_, i) => ({ id: i, name: "row" + i }));
+await Deno.writeTextFile("out.json", JSON.stringify(rows));
+console.log(rows.length);`
+	runOne := func() {
+		res, err := r.Run(context.Background(), sandbox.Request{Code: code, Timeout: time.Minute})
+		if err != nil || res.Stdout != "100\n" {
+			b.Fatalf("Run: %+v, %v", res, err)
+		}
+	}
+	for range 5 {
+		runOne()
+	}
+	measure := func() (tmpKB, entries, memMB, heapMB float64) {
+		time.Sleep(time.Second)
+		runtime.GC()
+		out := sb.Exec(b, "sh", "-c", `du -sk /tmp | cut -f1; find /tmp | wc -l; cat /sys/fs/cgroup/memory.current`)
+		f := strings.Fields(out)
+		if len(f) != 3 {
+			b.Fatalf("sandbox figures: %q", out)
+		}
+		tmpKB, _ = strconv.ParseFloat(f[0], 64)
+		entries, _ = strconv.ParseFloat(f[1], 64)
+		mem, _ := strconv.ParseFloat(f[2], 64)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return tmpKB, entries, mem / (1 << 20), float64(ms.HeapInuse) / (1 << 20)
+	}
+	kb0, n0, mem0, heap0 := measure()
+	for b.Loop() {
+		runOne()
+	}
+	kb1, n1, mem1, heap1 := measure()
+	b.ReportMetric(kb0, "tmp-KB-before")
+	b.ReportMetric(kb1, "tmp-KB-after")
+	b.ReportMetric(n0, "tmp-entries-before")
+	b.ReportMetric(n1, "tmp-entries-after")
+	b.ReportMetric(mem0, "sandbox-MB-before")
+	b.ReportMetric(mem1, "sandbox-MB-after")
+	b.ReportMetric(heap0, "heap-MB-before")
+	b.ReportMetric(heap1, "heap-MB-after")
+}
