@@ -22,7 +22,7 @@ import (
 func BenchmarkExecuteCode(b *testing.B) {
 	const code = "console.log(1)"
 	deno := testenv.DenoBinary(b)
-	h := newGatedHarness(b, harnessConfig{denoPath: deno, edit: func(o *Options) { o.MaxConcurrent = 1 }})
+	h := newGatedHarness(b, harnessConfig{denoPath: deno, poolSize: 2, edit: func(o *Options) { o.MaxConcurrent = 1 }})
 	bareDir := b.TempDir()
 	ctx := context.Background()
 

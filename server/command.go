@@ -52,6 +52,7 @@ type config struct {
 	DefaultTimeout     time.Duration
 	SessionIdleTimeout time.Duration
 	MemoryMB           int
+	PoolSize           int
 
 	AllowPrivateUpstreams bool
 	UpstreamCAFile        string
@@ -64,6 +65,9 @@ type config struct {
 	Getenv   settings.Getenv
 	Logger   *slog.Logger
 }
+
+// DefaultPoolSize is how many warm Deno processes a backend keeps.
+const DefaultPoolSize = 2
 
 // shutdownGrace bounds how long serve waits for requests in flight when
 // its context is cancelled.
@@ -235,6 +239,7 @@ func buildLocalBackend(cfg *config) (sandbox.Runner, *proxy.Proxy, error) {
 		ScratchRoot: filepath.Join(cfg.DataDir, "scratch"),
 		CACertFile:  px.CACertFile(),
 		MemoryMB:    cfg.MemoryMB,
+		PoolSize:    cfg.PoolSize,
 		Logger:      cfg.Logger,
 	})
 	if err != nil {
@@ -284,6 +289,7 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		defTimeout     = fs.String("default-timeout", env("DEFAULT_TIMEOUT", "30s"), "timeout of a call that gives none (DEFAULT_TIMEOUT)")
 		idleTimeout    = fs.String("session-idle-timeout", env("SESSION_IDLE_TIMEOUT", "30m"), "close MCP sessions idle this long (SESSION_IDLE_TIMEOUT)")
 		memoryMB       = fs.String("memory-mb", env("SANDBOX_MEMORY_MB", "512"), "memory limit of each run in MB (SANDBOX_MEMORY_MB)")
+		poolSize       = fs.String("pool-size", env("SANDBOX_POOL_SIZE", strconv.Itoa(DefaultPoolSize)), "warm Deno processes kept started for the next runs; 0 turns warming off (SANDBOX_POOL_SIZE)")
 		allowPrivate   = fs.String("allow-private-upstreams", env("ALLOW_PRIVATE_UPSTREAMS", "false"), "let the proxy reach loopback and private addresses (ALLOW_PRIVATE_UPSTREAMS)")
 		upstreamCA     = fs.String("upstream-ca", env("UPSTREAM_CA", ""), "PEM file of extra CA certificates the proxy trusts for upstream APIs (UPSTREAM_CA)")
 	)
@@ -325,6 +331,7 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		{&cfg.MaxOutput, *maxOutput, "--max-output (MAX_OUTPUT_BYTES)", 1024},
 		{&cfg.MaxCodeBytes, *maxCode, "--max-code-bytes (MAX_CODE_BYTES)", 1024},
 		{&cfg.MemoryMB, *memoryMB, "--memory-mb (SANDBOX_MEMORY_MB)", 16},
+		{&cfg.PoolSize, *poolSize, "--pool-size (SANDBOX_POOL_SIZE)", 0},
 	}
 	for _, f := range ints {
 		n, err := strconv.Atoi(strings.TrimSpace(f.val))

@@ -143,6 +143,8 @@ type harnessConfig struct {
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
+	// poolSize is the local runner's warm pool (default 0: every run cold).
+	poolSize int
 }
 
 // newHarness starts a real server (real local Deno runner, real skills
@@ -161,6 +163,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		ScratchRoot: t.TempDir(),
 		MemoryMB:    testMemoryMB,
 		CACertFile:  cfg.caCert,
+		PoolSize:    cfg.poolSize,
 	})
 	if err != nil {
 		t.Fatalf("local runner: %v", err)

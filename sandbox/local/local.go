@@ -79,6 +79,12 @@ type Options struct {
 	// MemoryMB+ExtraMemoryMB, so off-heap allocations fail instead of
 	// exhausting the machine. Default DefaultExtraMemoryMB.
 	ExtraMemoryMB int
+	// PoolSize is how many warm deno processes the runner keeps started
+	// and waiting for a run (each serves one run, then is replaced in the
+	// background). 0 turns warming off: every run starts cold. A run no
+	// warm process can serve (the pool is empty, or the run needs a
+	// permission the warm processes were not started with) starts cold.
+	PoolSize int
 	// Logger receives lifecycle logs; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -97,6 +103,8 @@ type Runner struct {
 	readyMu sync.Mutex
 	ready   bool
 	closed  atomic.Bool
+
+	pool *pool
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -148,6 +156,9 @@ func New(opts Options) (*Runner, error) {
 	if extraMB == 0 {
 		extraMB = DefaultExtraMemoryMB
 	}
+	if opts.PoolSize < 0 || opts.PoolSize > MaxPoolSize {
+		return nil, fmt.Errorf("local sandbox: PoolSize is %d: want 0 (no warm processes) to %d", opts.PoolSize, MaxPoolSize)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -161,8 +172,15 @@ func New(opts Options) (*Runner, error) {
 		dataLimit:   uint64(memoryMB+extraMB) << 20,
 		log:         log.With("component", "sandbox", "backend", "local"),
 	}
+	r.pool = &pool{r: r, size: opts.PoolSize}
 	return r, nil
 }
+
+// MaxPoolSize bounds Options.PoolSize.
+const MaxPoolSize = 64
+
+// WarmIdle reports how many warm processes are waiting for a run.
+func (r *Runner) WarmIdle() int { return r.pool.idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
@@ -201,9 +219,11 @@ func (r *Runner) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close refuses further runs. Runs in progress finish normally.
+// Close refuses further runs and ends the warm processes. Runs in
+// progress finish normally.
 func (r *Runner) Close() error {
 	r.closed.Store(true)
+	r.pool.close()
 	return nil
 }
 
@@ -237,6 +257,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		MemoryMB:  r.memoryMB,
 		ProxyURL:  req.ProxyURL,
 		CACert:    r.caCert,
+	}
+	if w, claim := r.pool.take(spec); w != nil {
+		return r.runWarm(ctx, w, claim, req, maxOutput)
 	}
 	defer r.removeRun(id, scratch)
 	for _, dir := range []string{spec.Scratch, spec.DenoDir} {

@@ -22,13 +22,13 @@ const rows: Row[] = Array.from({ length: 100 }, (_, i) => ({ id: i, name: "row" 
 await Deno.writeTextFile("out.json", JSON.stringify(rows));
 console.log(rows.length);`
 
-// BenchmarkSoak runs b.N runs through a Runner as a
+// BenchmarkSoak runs b.N runs through a Runner (warm pool of 2) as a
 // long-running server would, and reports the scratch root's size and
 // entries and the process's memory before and after: all flat.
 //
 //	go test ./sandbox/local -run '^$' -bench Soak -benchtime 2000x
 func BenchmarkSoak(b *testing.B) {
-	r := newRunner(b, func(o *Options) { o.DenoPath = testenv.DenoBinary(b) })
+	r := newRunner(b, func(o *Options) { o.DenoPath = testenv.DenoBinary(b); o.PoolSize = 2 })
 	runOne := func() {
 		res, err := r.Run(b.Context(), sandbox.Request{Code: soakCode, Timeout: time.Minute})
 		if err != nil || res.Stdout != "100\n" {
