@@ -240,6 +240,17 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, d
 		}
 		out.Cmd = []string{f.opts.Wrapper}
+	case slices.Equal(cmd, []string{WrapperName, "--warm"}):
+		// A warm exec: deno started for these settings, waiting for its
+		// run on stdin. The run can only narrow what is checked here.
+		run, err := runpolicy.ParseWarmEnv(env)
+		if err != nil {
+			return nil, deny("exec create refused: %v", err)
+		}
+		if out.Env, err = run.WarmEnv(); err != nil {
+			return nil, deny("exec create refused: %v", err)
+		}
+		out.Cmd = []string{f.opts.Wrapper, "--warm"}
 	case slices.Equal(cmd, []string{WrapperName, "--check"}):
 		if len(env) > 0 {
 			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
@@ -251,7 +262,7 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--kill", cmd[2]}
 	default:
-		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"] or [%q, \"--kill\", RUN_ID]", WrapperName, WrapperName, WrapperName)
+		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--warm\"], [%q, \"--check\"] or [%q, \"--kill\", RUN_ID]", WrapperName, WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
 }

@@ -82,6 +82,7 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 		DockerHost: host,
 		Container:  get(envSandboxContainer),
 		MemoryMB:   cfg.MemoryMB,
+		PoolSize:   cfg.PoolSize,
 		Logger:     cfg.Logger,
 	})
 	if err != nil {

@@ -92,6 +92,10 @@ type Options struct {
 	// Grace is how long past its timeout a run may go before the runner
 	// kills it from outside. Default DefaultGrace.
 	Grace time.Duration
+	// PoolSize is how many warm execs the runner keeps created and
+	// attached, each holding a deno started and waiting for one run. 0
+	// turns warming off. A run no warm exec can serve starts cold.
+	PoolSize int
 	// Logger receives lifecycle logs; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -111,6 +115,8 @@ type Runner struct {
 
 	readyMu sync.Mutex
 	readyAt time.Time
+
+	pool *pool
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -154,6 +160,9 @@ func New(opts Options) (*Runner, error) {
 	if !path.IsAbs(opts.SkillsDir) {
 		return nil, fmt.Errorf("docker sandbox: SkillsDir %q: want an absolute path as the sandbox sees it", opts.SkillsDir)
 	}
+	if opts.PoolSize < 0 || opts.PoolSize > MaxPoolSize {
+		return nil, fmt.Errorf("docker sandbox: PoolSize is %d: want 0 (no warm execs) to %d", opts.PoolSize, MaxPoolSize)
+	}
 	cli, err := client.New(client.WithHost(opts.DockerHost))
 	if err != nil {
 		return nil, fmt.Errorf("docker sandbox: client for %s: %w", opts.DockerHost, err)
@@ -162,7 +171,7 @@ func New(opts Options) (*Runner, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{
+	r := &Runner{
 		cli:       cli,
 		host:      opts.DockerHost,
 		container: opts.Container,
@@ -171,8 +180,16 @@ func New(opts Options) (*Runner, error) {
 		scratch:   opts.ScratchHint,
 		grace:     opts.Grace,
 		log:       log.With("component", "sandbox", "backend", "docker"),
-	}, nil
+	}
+	r.pool = &pool{r: r, size: opts.PoolSize}
+	return r, nil
 }
+
+// MaxPoolSize bounds Options.PoolSize.
+const MaxPoolSize = 32
+
+// WarmIdle reports how many warm execs wait for a run.
+func (r *Runner) WarmIdle() int { return r.pool.idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
@@ -183,6 +200,7 @@ func (r *Runner) Env() sandbox.Environment {
 // Runs in progress finish normally.
 func (r *Runner) Close() error {
 	r.closed.Store(true)
+	r.pool.close()
 	return r.cli.Close()
 }
 
@@ -234,8 +252,10 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	res, err := r.run(ctx, req)
 	if err != nil && ctx.Err() == nil {
 		// The sandbox or the filter may be gone: /health and the next
-		// call must check again rather than trust an earlier success.
+		// call must check again rather than trust an earlier success,
+		// and warm execs may belong to a sandbox that is gone.
 		r.forgetReady()
+		r.pool.flush()
 	}
 	return res, err
 }
@@ -269,32 +289,40 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	stderr := output.NewCollector(output.Options{Limit: maxOutput})
 	tail := output.NewTail(stderrTail)
 
-	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode())
+	// A warm exec if one covers the run (its deno already started and
+	// waiting), else a new one.
+	var payload []byte
+	st := r.pool.take(warmKey(req, r.memoryMB))
+	warm := st != nil
+	if warm {
+		id = st.runID
+		claim, err := runpolicy.NewRunClaim(runpolicy.Run{ID: id, Timeout: req.Timeout, Hosts: req.AllowHosts,
+			AllHosts: req.AllowAllHosts, ReadPaths: req.ReadPaths, ProxyURL: req.ProxyURL}).Line()
+		if err != nil {
+			st.close()
+			return nil, err
+		}
+		payload = append(claim, req.Code...)
+	}
+	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode(), "warm", warm)
 	start := time.Now()
 	hardDeadline := start.Add(req.Timeout + r.grace)
-	setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
-	created, err := r.cli.ExecCreate(setupCtx, r.container, client.ExecCreateOptions{
-		AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Env: env, Cmd: []string{wrapper},
-	})
-	if err != nil {
+	if !warm {
+		payload = []byte(req.Code)
+		setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
+		st, err = r.openExec(setupCtx, id, []string{wrapper}, env)
 		cancelSetup()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+			}
+			return nil, err
 		}
-		return nil, fmt.Errorf("docker exec create: %w", err)
 	}
-	att, err := r.cli.ExecAttach(setupCtx, created.ID, client.ExecAttachOptions{})
-	cancelSetup()
-	if err != nil {
-		// The start may have reached the engine: make sure nothing runs.
-		r.kill(id)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("run canceled: %w", ctx.Err())
-		}
-		return nil, fmt.Errorf("docker exec start: %w", err)
-	}
-	defer att.Close()
+	defer st.close()
+	att := st.att
+	st.out.set(stdout)
+	st.err.set(io.MultiWriter(stderr, tail))
 
 	// One watcher cuts the run when its hard deadline passes or ctx ends:
 	// first the wrapper kills the run's processes, then the stream closes.
@@ -319,10 +347,11 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}()
 	go func() {
 		// Errors here surface as the run's own outcome (it ended early).
-		_, _ = io.WriteString(att.Conn, req.Code)
+		_, _ = att.Conn.Write(payload)
 		_ = att.CloseWrite()
 	}()
-	_, copyErr := stdcopy.StdCopy(stdout, io.MultiWriter(stderr, tail), att.Reader)
+	<-st.done
+	copyErr := st.copyErr
 	duration := time.Since(start)
 	close(streamDone)
 	why := <-watchDone
@@ -346,7 +375,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		// ended if the kill failed; do not wait long for it.
 		wait = 2 * time.Second
 	}
-	exitCode, inspectErr := r.exitCode(created.ID, wait)
+	exitCode, inspectErr := r.exitCode(st.execID, wait)
 	if why == stopTimeout {
 		// Killed from outside after the wrapper's own timeout failed to
 		// end it; the exit code may not be recorded yet.

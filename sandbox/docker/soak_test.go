@@ -13,8 +13,8 @@ import (
 	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
-// BenchmarkDockerSoak runs b.N runs through the Docker backend as a
-// long-running deployment would (code that writes a file and is
+// BenchmarkDockerSoak runs b.N runs through the Docker backend (warm pool
+// of 2, the default) as a long-running deployment would (code that writes a file and is
 // transpiled) and reports, before and after, the sandbox's /tmp use
 // (du, KB) and entries, the container's memory (its cgroup's
 // memory.current, MB) and the runner process's Go heap: all flat.
@@ -24,7 +24,7 @@ import (
 //	go test ./sandbox/docker -run '^$' -bench DockerSoak -benchtime 2000x
 func BenchmarkDockerSoak(b *testing.B) {
 	sb := dockertest.Start(b, dockertest.Options{})
-	r, err := New(Options{DockerHost: sb.FilterHost, Logger: slog.New(slog.DiscardHandler)})
+	r, err := New(Options{DockerHost: sb.FilterHost, PoolSize: 2, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,4 +71,43 @@ console.log(rows.length);`
 	b.ReportMetric(mem1, "sandbox-MB-after")
 	b.ReportMetric(heap0, "heap-MB-before")
 	b.ReportMetric(heap1, "heap-MB-after")
+}
+
+// BenchmarkDockerIdlePool reports what an idle pool of 2 warm execs costs
+// the sandbox container: its cgroup's memory and pids with the pool
+// filled, and after the runner closed it.
+//
+//	go test ./sandbox/docker -run '^$' -bench DockerIdlePool -benchtime 1x
+func BenchmarkDockerIdlePool(b *testing.B) {
+	for b.Loop() {
+		sb := dockertest.Start(b, dockertest.Options{})
+		r, err := New(Options{DockerHost: sb.FilterHost, PoolSize: 2, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Run(context.Background(), sandbox.Request{Code: `console.log(1)`, Timeout: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for r.WarmIdle() < 2 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cgroup := func() (memMB, pids float64) {
+			time.Sleep(2 * time.Second)
+			f := strings.Fields(sb.Exec(b, "sh", "-c", "cat /sys/fs/cgroup/memory.current /sys/fs/cgroup/pids.current"))
+			if len(f) != 2 {
+				b.Fatalf("cgroup figures: %q", f)
+			}
+			m, _ := strconv.ParseFloat(f[0], 64)
+			p, _ := strconv.ParseFloat(f[1], 64)
+			return m / (1 << 20), p
+		}
+		mem1, pids1 := cgroup()
+		r.Close()
+		mem0, pids0 := cgroup()
+		b.ReportMetric(mem1, "sandbox-MB-pool")
+		b.ReportMetric(mem0, "sandbox-MB-no-pool")
+		b.ReportMetric(mem1-mem0, "idle-pool-MB")
+		b.ReportMetric(pids1-pids0, "idle-pool-tasks")
+	}
 }

@@ -91,3 +91,45 @@ func memory() (rss, heap float64) {
 	}
 	return rss, heap
 }
+
+// BenchmarkIdlePool reports what an idle warm pool of 2 costs: the
+// resident and proportional set sizes of its deno processes, summed.
+//
+//	go test ./sandbox/local -run '^$' -bench IdlePool -benchtime 1x
+func BenchmarkIdlePool(b *testing.B) {
+	for b.Loop() {
+		r := newRunner(b, func(o *Options) { o.DenoPath = testenv.DenoBinary(b); o.PoolSize = 2 })
+		if _, err := r.Run(b.Context(), sandbox.Request{Code: `console.log(1)`, Timeout: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for r.WarmIdle() < 2 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		r.pool.mu.Lock()
+		var rss, pss float64
+		for _, w := range r.pool.ready {
+			rss += procKB(w.cmd.Process.Pid, "status", "VmRSS:") / 1024
+			pss += procKB(w.cmd.Process.Pid, "smaps_rollup", "Pss:") / 1024
+		}
+		n := len(r.pool.ready)
+		r.pool.mu.Unlock()
+		b.ReportMetric(float64(n), "warm-processes")
+		b.ReportMetric(rss, "idle-pool-rss-MB")
+		b.ReportMetric(pss, "idle-pool-pss-MB")
+		r.Close()
+	}
+}
+
+// procKB reads a "Key: N kB" line of /proc/pid/file.
+func procKB(pid int, file, key string) float64 {
+	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,9 +1,12 @@
 package runpolicy
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +18,8 @@ import (
 //	codeforge-run            run the TypeScript read from stdin (settings in Env)
 //	codeforge-run --kill ID  kill run ID's whole process group, remove its files
 //	                         (a run still starting never starts deno)
+//	codeforge-run --warm     start deno for the settings in Env, then wait on
+//	                         stdin for a run (RunClaim's line, then the code)
 //	codeforge-run --check    exit 0 iff deno starts and the proxy CA is present
 //	codeforge-run --idle     a keepalive that reaps orphans (PID 1 in tests)
 //
@@ -285,11 +290,101 @@ func parseTimeout(s string) time.Duration {
 }
 
 // ErrUsage is the wrapper's answer to arguments it does not know.
-var ErrUsage = errors.New("usage: codeforge-run [--kill RUN_ID | --check | --idle] (code on stdin, settings in CODEFORGE_* variables)")
+var ErrUsage = errors.New("usage: codeforge-run [--warm | --kill RUN_ID | --check | --idle] (code on stdin, settings in CODEFORGE_* variables)")
 
 func trim(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// A warm exec (codeforge-run --warm) is created with WarmEnv, the
+// settings that fix its deno's permissions (the filter checks them like a
+// run's), and waits. The run that takes it sends RunClaim's line on its
+// stdin, then the code. The wrapper refuses a claim its deno does not
+// cover (Covers): what comes on stdin can only narrow what the filter let
+// through.
+
+// WarmEnv is r's environment for a warm exec: r.Env without the timeout
+// and proxy, which come with the claim.
+func (r Run) WarmEnv() ([]string, error) {
+	if r.ProxyURL != "" || r.Timeout != 0 {
+		return nil, errors.New("a warm exec's settings have no timeout or proxy: those come with its run")
+	}
+	r.Timeout = time.Second
+	env, err := r.Env()
+	if err != nil {
+		return nil, err
+	}
+	out := env[:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, EnvTimeout+"=") {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// ParseWarmEnv reads a warm exec's settings as ParseEnv does; a timeout
+// or proxy is refused.
+func ParseWarmEnv(env []string) (Run, error) {
+	for _, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		if k == EnvTimeout || k == EnvHTTPSProxy || k == EnvHTTPProxy {
+			return Run{}, fmt.Errorf("Env key %s is not allowed for a warm exec: it comes with the run", k)
+		}
+	}
+	r, err := ParseEnv(append(slices.Clone(env), EnvTimeout+"=1"))
+	if err != nil {
+		return Run{}, err
+	}
+	r.Timeout = 0
+	return r, nil
+}
+
+// RunClaim is the first line a warm exec reads: the run's own settings.
+type RunClaim struct {
+	TimeoutMS int64    `json:"timeout_ms"`
+	Hosts     []string `json:"hosts,omitempty"`
+	AllHosts  bool     `json:"all_hosts,omitempty"`
+	ReadPaths []string `json:"read_paths,omitempty"`
+	ProxyURL  string   `json:"proxy,omitempty"`
+}
+
+// MaxClaimLine bounds the claim line a warm exec reads.
+const MaxClaimLine = 64 << 10
+
+// NewRunClaim is run's claim (its ID and memory are the warm exec's).
+func NewRunClaim(run Run) RunClaim {
+	return RunClaim{
+		TimeoutMS: int64(RoundTimeout(run.Timeout) / time.Millisecond),
+		Hosts:     run.Hosts, AllHosts: run.AllHosts, ReadPaths: run.ReadPaths, ProxyURL: run.ProxyURL,
+	}
+}
+
+// Line is c as one line.
+func (c RunClaim) Line() ([]byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode run claim: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// ParseRunClaim reads a claim line for the warm run warm (which gives its
+// ID and memory) and checks it like the environment of a run.
+func ParseRunClaim(line []byte, warm Run) (Run, error) {
+	var c RunClaim
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Run{}, fmt.Errorf("run claim: %v", err)
+	}
+	r := Run{ID: warm.ID, MemoryMB: warm.MemoryMB, Timeout: time.Duration(c.TimeoutMS) * time.Millisecond,
+		Hosts: c.Hosts, AllHosts: c.AllHosts, ReadPaths: c.ReadPaths, ProxyURL: c.ProxyURL}
+	if err := r.Check(); err != nil {
+		return Run{}, fmt.Errorf("run claim: %w", err)
+	}
+	return r, nil
 }

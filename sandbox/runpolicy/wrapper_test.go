@@ -88,3 +88,35 @@ func TestParseEnvRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmEnv: a warm exec's settings carry no timeout or proxy (those
+// come with its run, and the run can only narrow what the filter saw).
+func TestWarmEnv(t *testing.T) {
+	r := Run{ID: "w1", Hosts: []string{"a.test"}, ReadPaths: []string{"/apis/a/types.d.ts"}}
+	env, err := r.WarmEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseWarmEnv(env)
+	if err != nil || got.ID != "w1" || !slices.Equal(got.Hosts, r.Hosts) || got.Timeout != 0 {
+		t.Errorf("ParseWarmEnv(%q) = %+v, %v", env, got, err)
+	}
+	for _, extra := range []string{"CODEFORGE_TIMEOUT=5", "HTTPS_PROXY=http://u:p@proxy:1", "HTTP_PROXY=http://u:p@proxy:1"} {
+		if _, err := ParseWarmEnv(append(slices.Clone(env), extra)); err == nil {
+			t.Errorf("ParseWarmEnv accepted %s", extra)
+		}
+	}
+	if _, err := (Run{ID: "w1", ProxyURL: "http://u:p@proxy:1"}).WarmEnv(); err == nil {
+		t.Error("WarmEnv accepted a proxy")
+	}
+	claim, _ := NewRunClaim(Run{ID: "other", Timeout: 1500 * time.Millisecond, Hosts: []string{"a.test"}}).Line()
+	run, err := ParseRunClaim(claim, got)
+	if err != nil || run.ID != "w1" || run.Timeout != 1500*time.Millisecond {
+		t.Errorf("ParseRunClaim = %+v, %v", run, err)
+	}
+	for _, bad := range []string{`{"timeout_ms":0}`, `{"timeout_ms":1000,"hosts":["--allow-all"]}`, `{"timeout_ms":1000,"extra":1}`, `{"timeout_ms":1000,"read_paths":["/a/../etc"]}`} {
+		if _, err := ParseRunClaim([]byte(bad), got); err == nil {
+			t.Errorf("ParseRunClaim accepted %s", bad)
+		}
+	}
+}

@@ -12,8 +12,11 @@
 package wrapper
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -72,6 +75,8 @@ func (w *wrapper) main(args []string) int {
 	switch {
 	case len(args) == 0:
 		code, err = w.run()
+	case args[0] == "--warm" && len(args) == 1:
+		code, err = w.warm()
 	case args[0] == "--kill" && len(args) == 2:
 		code, err = w.kill(args[1])
 	case args[0] == "--check" && len(args) == 1:
@@ -105,83 +110,281 @@ func (w *wrapper) run() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := mkdirAll(w.paths.Runs); err != nil {
+	rd, status, err := w.prepare(r)
+	if rd == nil {
+		return status, err
+	}
+	cmd := w.deno(runpolicy.Args(rd.spec), rd.spec, w.stdin)
+	return w.supervise(rd, cmd, r.Timeout, nil)
+}
+
+// warm starts deno for the run settings in the environment, blocked in
+// the bootstrap, then waits for its run on stdin: the claim line, then
+// the code. EOF before a claim (the runner dropped it) ends it quietly.
+// If the warm deno cannot serve the run (it died, or the proxy's CA
+// changed since it started), the run starts cold instead.
+func (w *wrapper) warm() (int, error) {
+	var env []string
+	for _, k := range runpolicy.EnvKeys {
+		if v, ok := w.getenv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	warm, err := runpolicy.ParseWarmEnv(env)
+	if err != nil {
 		return 0, err
 	}
+	ca0 := stampCA(w.paths.CA)
+	rd, status, err := w.prepare(warm)
+	if rd == nil {
+		return status, err
+	}
+	for name, content := range runpolicy.WarmFiles(rd.spec) {
+		f := filepath.Join(rd.spec.DenoDir, name)
+		if err := os.WriteFile(f, []byte(content), 0o400); err != nil {
+			rd.cleanup()
+			return 0, fsError("write", f, err)
+		}
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		rd.cleanup()
+		return 0, refuse("pipe: %v", err)
+	}
+	cmd := w.deno(runpolicy.WarmArgs(rd.spec), rd.spec, inR)
+	return w.supervise(rd, cmd, 0, func(cmd *exec.Cmd, exited <-chan struct{}) (*exec.Cmd, time.Duration, error) {
+		defer inW.Close()
+		in := bufio.NewReaderSize(w.stdin, 4096)
+		line, err := readLine(in, runpolicy.MaxClaimLine)
+		if err != nil {
+			if errors.Is(err, io.EOF) && len(line) == 0 {
+				return nil, 0, errDropped
+			}
+			return nil, 0, refuse("read the run claim: %v", err)
+		}
+		run, err := runpolicy.ParseRunClaim(line, warm)
+		if err != nil {
+			return nil, 0, refuse("%v", err)
+		}
+		spec := run.Spec(rd.spec.CACert != "")
+		spec.Scratch, spec.DenoDir = rd.spec.Scratch, rd.spec.DenoDir
+		claim, ok := runpolicy.Covers(rd.spec, spec)
+		if !ok {
+			return nil, 0, refuse("the run needs permissions this warm exec was not started with")
+		}
+		code, err := io.ReadAll(io.LimitReader(in, maxCode+1))
+		if err != nil || len(code) > maxCode {
+			return nil, 0, refuse("read the code: %v (at most %d bytes)", err, maxCode)
+		}
+		select {
+		case <-exited:
+		default:
+			if stampCA(w.paths.CA) == ca0 {
+				file := runpolicy.CodeFile(rd.spec.Scratch)
+				if err := os.WriteFile(file, code, 0o600); err != nil {
+					return nil, 0, fsError("write", file, err)
+				}
+				cl, err := claim.Line()
+				if err != nil {
+					return nil, 0, refuse("%v", err)
+				}
+				if _, err := inW.Write(cl); err == nil {
+					return cmd, run.Timeout, nil
+				}
+			}
+		}
+		// Cold after all: a fresh deno with the run's own flags.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		spec.CACert = ""
+		if nonEmpty(w.paths.CA) {
+			spec.CACert = w.paths.CA
+		}
+		cold := w.deno(runpolicy.Args(spec), spec, bytes.NewReader(code))
+		return cold, run.Timeout, nil
+	})
+}
+
+// maxCode bounds the code a warm exec reads.
+const maxCode = 16 << 20
+
+// errDropped ends a warm exec whose runner dropped it before a claim.
+var errDropped = errors.New("dropped before a run")
+
+// readLine reads one line of at most max bytes (without its newline).
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max {
+			return nil, fmt.Errorf("longer than %d bytes", max)
+		}
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return line, err
+		}
+	}
+}
+
+type caStamp struct {
+	size int64
+	mod  time.Time
+}
+
+func stampCA(file string) caStamp {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return caStamp{size: -1}
+	}
+	return caStamp{fi.Size(), fi.ModTime()}
+}
+
+// runDir is a prepared run: its directories exist.
+type runDir struct {
+	id, pidfile string
+	spec        runpolicy.Spec
+	cleanup     func()
+}
+
+// prepare creates run r's directories. A nil runDir means the run must
+// not start: status (with err for a refusal).
+func (w *wrapper) prepare(r runpolicy.Run) (*runDir, int, error) {
+	if err := mkdirAll(w.paths.Runs); err != nil {
+		return nil, 0, err
+	}
 	spec := r.Spec(nonEmpty(w.paths.CA))
+	if spec.CACert != "" {
+		spec.CACert = w.paths.CA
+	}
 	spec.Scratch = filepath.Join(w.paths.Runs, r.ID)
 	spec.DenoDir = runpolicy.CacheDir(spec.Scratch)
-	pidfile := spec.Scratch + ".pid"
-	if err := os.Mkdir(spec.Scratch, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return 0, refuse("cannot create %s (run ID reused?)", spec.Scratch)
-		}
-		return 0, fsError("create the run's directory", spec.Scratch, err)
-	}
-	cleanup := func() {
-		_ = os.Remove(pidfile)
+	rd := &runDir{id: r.ID, pidfile: spec.Scratch + ".pid", spec: spec}
+	rd.cleanup = func() {
+		_ = os.Remove(rd.pidfile)
 		if err := runpolicy.RemoveRun(spec.Scratch); err != nil {
 			fmt.Fprintf(w.stderr, "%s%v\n", runpolicy.MessagePrefix, err)
 		}
 	}
+	if err := os.Mkdir(spec.Scratch, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, 0, refuse("cannot create %s (run ID reused?)", spec.Scratch)
+		}
+		return nil, 0, fsError("create the run's directory", spec.Scratch, err)
+	}
 	if marker := spec.Scratch + ".killed"; exists(marker) {
 		// --kill came before this run got here: it never starts.
 		_ = os.Remove(marker)
-		cleanup()
+		rd.cleanup()
 		fmt.Fprintf(w.stderr, "%srun %s was killed before it started\n", runpolicy.MessagePrefix, r.ID)
-		return runpolicy.ExitKilledBeforeStart, nil
+		return nil, runpolicy.ExitKilledBeforeStart, nil
 	}
 	if err := os.Mkdir(spec.DenoDir, 0o700); err != nil {
-		cleanup()
-		return 0, fsError("create the run's Deno cache", spec.DenoDir, err)
+		rd.cleanup()
+		return nil, 0, fsError("create the run's Deno cache", spec.DenoDir, err)
 	}
+	return rd, 0, nil
+}
 
-	cmd := &exec.Cmd{
-		Path:   w.paths.Deno,
-		Args:   append([]string{"deno"}, runpolicy.Args(spec)...),
-		Env:    runpolicy.Env(spec),
-		Dir:    spec.Scratch,
-		Stdin:  w.stdin,
-		Stdout: w.stdout,
-		Stderr: w.stderr,
-		// A session and process group of its own: a kill of the group
-		// reaches everything deno started.
+// deno is the deno command for spec with args, in a session and process
+// group of its own (a kill of the group reaches everything it started).
+func (w *wrapper) deno(args []string, spec runpolicy.Spec, stdin io.Reader) *exec.Cmd {
+	return &exec.Cmd{
+		Path:        w.paths.Deno,
+		Args:        append([]string{"deno"}, args...),
+		Env:         runpolicy.Env(spec),
+		Dir:         spec.Scratch,
+		Stdin:       stdin,
+		Stdout:      w.stdout,
+		Stderr:      w.stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
+}
+
+// claimFunc waits for a warm exec's run and returns the command that
+// serves it (the warm one, or a cold one not yet started) and its
+// timeout.
+type claimFunc func(cmd *exec.Cmd, exited <-chan struct{}) (*exec.Cmd, time.Duration, error)
+
+// supervise starts cmd, records its process group, and kills the group
+// when timeout passes (counted from the claim, for a warm exec), on a
+// signal to the wrapper, or when it ends; then removes the run's files.
+// The status is deno's, with the trailer after a signal.
+func (w *wrapper) supervise(rd *runDir, cmd *exec.Cmd, timeout time.Duration, claim claimFunc) (int, error) {
+	defer rd.cleanup()
 	// Signals to the wrapper end the run, not just the wrapper.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
-		cleanup()
-		return 0, refuse("start %s: %v", w.paths.Deno, err)
+	start := func(cmd *exec.Cmd) (chan struct{}, error) {
+		if err := cmd.Start(); err != nil {
+			return nil, refuse("start %s: %v", w.paths.Deno, err)
+		}
+		if f, ok := cmd.Stdin.(*os.File); ok && f != w.stdin {
+			f.Close() // a pipe's read end: the child has its own copy
+		}
+		pid := cmd.Process.Pid
+		if err := os.WriteFile(rd.pidfile, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			return nil, fsError("record the run's process group", rd.pidfile, err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		return exited, nil
+	}
+	exited, err := start(cmd)
+	if err != nil {
+		return 0, err
+	}
+	if claim != nil {
+		claimed := make(chan error, 1)
+		var next *exec.Cmd
+		go func() {
+			var err error
+			next, timeout, err = claim(cmd, exited)
+			claimed <- err
+		}()
+		select {
+		case err := <-claimed:
+			if err != nil {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-exited
+				if errors.Is(err, errDropped) {
+					return 0, nil
+				}
+				return 0, err
+			}
+		case <-sigs:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+			return 143, nil
+		}
+		if next != cmd {
+			if exited, err = start(next); err != nil {
+				return 0, err
+			}
+			cmd = next
+		}
 	}
 	pid := cmd.Process.Pid
-	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		cleanup()
-		return 0, fsError("record the run's process group", pidfile, err)
-	}
-	timer := time.AfterFunc(r.Timeout, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var status int
+	timer := time.AfterFunc(timeout, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	defer timer.Stop()
 	select {
-	case <-waited:
-		status = exitStatus(cmd.ProcessState)
+	case <-exited:
 	case <-sigs:
-		timer.Stop()
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-waited
-		cleanup()
+		<-exited
 		return 143, nil
 	}
-	timer.Stop()
 	// Whatever deno left in its group goes too. While a member lives, the
 	// group ID cannot have been handed to anyone else.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	cleanup()
+	status := exitStatus(cmd.ProcessState)
 	if status > 128 {
 		// The runner reads this last line to tell deno being killed (by
 		// the timeout or the memory limit) from the whole sandbox going
