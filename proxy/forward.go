@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 const (
