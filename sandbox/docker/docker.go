@@ -250,6 +250,9 @@ const (
 // ctx.Err()).
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	res, err := r.run(ctx, req)
+	if err == nil {
+		r.pool.coldOK()
+	}
 	if err != nil && ctx.Err() == nil {
 		// The sandbox or the filter may be gone: /health and the next
 		// call must check again rather than trust an earlier success,

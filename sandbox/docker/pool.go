@@ -249,3 +249,14 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*stream, error) {
 	s.key = key
 	return s, nil
 }
+
+// coldOK tells the pool a cold run just worked: warm starts that failed
+// before (the sandbox was down) may be tried again.
+func (p *pool) coldOK() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fails >= maxFails {
+		p.fails = 0
+		p.refillLocked()
+	}
+}

@@ -349,6 +349,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}
+	r.pool.coldOK()
 	return res, nil
 }
 

@@ -386,3 +386,14 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	}
 	return res, nil
 }
+
+// coldOK tells the pool a cold run just worked: warm starts that failed
+// before (the sandbox was down) may be tried again.
+func (p *pool) coldOK() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fails >= maxFails {
+		p.fails = 0
+		p.refillLocked()
+	}
+}
