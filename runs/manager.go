@@ -55,9 +55,6 @@ type Options struct {
 	// FlushEvery is how often a running run's output is written to the
 	// store (default 1s).
 	FlushEvery time.Duration
-	// OnEnd, if set, is called (in its own goroutine) with the id of each
-	// run once its final record is written.
-	OnEnd func(id string)
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
 	// Now is the clock (nil: time.Now); tests of retention move it.
@@ -72,6 +69,9 @@ type Spec struct {
 	Timeout    time.Duration
 	// MaxOutput caps each stream, as the sandbox does (for the live copy).
 	MaxOutput int
+	// OnStdoutLine, if set, gets each stdout line as it comes (see
+	// Run.SetStdoutListener); it must not block.
+	OnStdoutLine func(line string)
 	// Exec runs the code (required). It must return when ctx ends.
 	Exec func(ctx context.Context, r *Run) Outcome
 }
@@ -100,9 +100,10 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu   sync.Mutex
-	live map[string]*Run
-	wg   sync.WaitGroup
+	mu    sync.Mutex
+	live  map[string]*Run
+	onEnd []func(id string)
+	wg    sync.WaitGroup
 
 	sweepKick chan struct{}
 	sweepDone chan struct{}
@@ -196,6 +197,14 @@ func (m *Manager) markInterrupted() error {
 	return nil
 }
 
+// OnEnd registers f to be called (in a goroutine of its own) with the id
+// of each run once its final record is written.
+func (m *Manager) OnEnd(f func(id string)) {
+	m.mu.Lock()
+	m.onEnd = append(m.onEnd, f)
+	m.mu.Unlock()
+}
+
 // Settings reports the limits in force (defaults filled in).
 func (m *Manager) Settings() Options { return m.opts }
 
@@ -213,12 +222,13 @@ func (m *Manager) Start(spec Spec) (*Run, error) {
 	}
 	ctx, cancel := context.WithCancelCause(m.ctx)
 	r := &Run{
-		m:      m,
-		id:     id,
-		ctx:    ctx,
-		cancel: cancel,
-		done:   make(chan struct{}),
-		max:    spec.MaxOutput,
+		m:        m,
+		id:       id,
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		max:      spec.MaxOutput,
+		onStdout: spec.OnStdoutLine,
 		rec: &Record{
 			ID:         id,
 			State:      Queued,
@@ -708,8 +718,11 @@ func (r *Run) finish(out Outcome) {
 	r.cancel(nil)
 	close(r.done)
 	r.m.log.Info("run ended", "run", r.id, "state", final.State, "duration_ms", final.DurationMS)
-	if r.m.opts.OnEnd != nil {
-		go r.m.opts.OnEnd(r.id)
+	r.m.mu.Lock()
+	listeners := slices.Clone(r.m.onEnd)
+	r.m.mu.Unlock()
+	for _, f := range listeners {
+		go f(r.id)
 	}
 	r.m.kickSweep()
 }

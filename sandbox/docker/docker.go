@@ -267,7 +267,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	stdout := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStdoutLine})
-	stderr := output.NewCollector(output.Options{Limit: maxOutput})
+	stderr := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStderrLine})
 	tail := output.NewTail(stderrTail)
 
 	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode())
