@@ -34,10 +34,10 @@ func (s *Server) buildInstructions() string {
 	}
 
 	p("\n## Long runs\n")
-	p("- Every run has an id (structuredContent.run_id). A client may cut a tool call after about a minute: for anything that may take " +
-		"longer (paging through many records, many API calls, a slow report), pass background: true to execute_code. It returns at once with the id; " +
-		"then run_wait {id, timeout?} waits (at most %ss per call; call again while it is still going) and returns the same result execute_code would, " +
-		"run_status {id} shows the state, the last lines of output and the network log so far, run_output {id, stream, offset, limit} pages through stdout or stderr, " +
+	p("- Every run has an id (structuredContent.run_id). A client may cut a tool call after about a minute: for anything that may take "+
+		"longer (paging through many records, many API calls, a slow report), pass background: true to execute_code. It returns at once with the id; "+
+		"then run_wait {id, timeout?} waits (at most %ss per call; call again while it is still going) and returns the same result execute_code would, "+
+		"run_status {id} shows the state, the last lines of output and the network log so far, run_output {id, stream, offset, limit} pages through stdout or stderr, "+
 		"and cancel_run {id} stops it. list_runs {state?} lists the runs kept, newest first. A background run has the same timeout rules as any run.\n",
 		formatSeconds(s.opts.MaxWait.Seconds()))
 	p("- keep_running: true lets a foreground run go on in the background if the call is cancelled or its connection drops; find it again with list_runs.\n")
