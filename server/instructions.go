@@ -43,13 +43,13 @@ func (s *Server) buildInstructions() string {
 	p("- keep_running: true lets a foreground run go on in the background if the call is cancelled or its connection drops; find it again with list_runs.\n")
 	p("- Ended runs are kept for %s (all of them together at most %s; the oldest go first), also across server restarts; "+
 		"a run the server was running when it stopped is marked interrupted.\n",
-		s.runMgr.Settings().Retention, runs.FormatBytes(s.runMgr.Settings().MaxTotalBytes))
+		runs.FormatDuration(s.runMgr.Settings().Retention), runs.FormatBytes(s.runMgr.Settings().MaxTotalBytes))
 
 	p("\n## Files\n")
 	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchDir)
 	if env.OutDir != "" {
 		f := s.runMgr.Settings().Files
-		p("- Files to hand back: write them to %s (at most %d files, %s each, %s per run). They are kept with the run and listed in its result: "+
+		p("- Files to hand back: write them to %s, after await Deno.mkdir(\"out\", {recursive: true}) (at most %d files, %s each, %s per run). They are kept with the run and listed in its result: "+
 			"PNG, JPEG, GIF and WebP images up to %s come back inline; other files as resource links run://<id>/files/<name> (read them with resources/read). "+
 			"Names: letters, digits, '.', '_' and '-'; only files directly in out/.\n",
 			env.OutDir, f.MaxFiles, runs.FormatBytes(f.MaxFileBytes), runs.FormatBytes(f.MaxRunBytes), runs.FormatBytes(s.opts.InlineImageBytes))

@@ -635,7 +635,7 @@ func (s *Server) listRuns(_ context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 	set := s.runMgr.Settings()
 	out := listRunsOutput{Runs: []runListEntry{}, Total: len(recs), Offset: int(offset),
 		Retention: fmt.Sprintf("ended runs are kept for %s; when all runs together hold more than %s, the oldest go first",
-			set.Retention, runs.FormatBytes(set.MaxTotalBytes))}
+			runs.FormatDuration(set.Retention), runs.FormatBytes(set.MaxTotalBytes))}
 	now := time.Now()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d runs", len(recs))
@@ -647,14 +647,14 @@ func (s *Server) listRuns(_ context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 		rec := recs[i]
 		e := runListEntry{ID: rec.ID, State: string(rec.State), Background: rec.Background, Created: rfc3339(rec.Created),
 			Ended: rfc3339(rec.Ended), DurationMS: rec.DurationMS, StdoutBytes: rec.StdoutBytes, StderrBytes: rec.StderrBytes,
-			Files: len(rec.Files), KeptFor: "while it runs, then " + set.Retention.String()}
+			Files: len(rec.Files), KeptFor: "while it runs, then " + runs.FormatDuration(set.Retention)}
 		if rec.State.Final() && rec.Error == "" {
 			code := rec.ExitCode
 			e.ExitCode = &code
 		}
 		if exp := s.runMgr.ExpiresAt(rec); !exp.IsZero() {
 			e.ExpiresAt = rfc3339(exp)
-			e.KeptFor = exp.Sub(now).Round(time.Minute).String()
+			e.KeptFor = runs.FormatDuration(exp.Sub(now).Round(time.Minute))
 		}
 		out.Runs = append(out.Runs, e)
 		fmt.Fprintf(&b, "\n%s  %-11s created %s", e.ID, e.State, e.Created)

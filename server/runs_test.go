@@ -161,7 +161,7 @@ while (!(await`, 1)
 	list := structured(t, h.call("list_runs", map[string]any{"state": "succeeded"}))
 	entries := list["runs"].([]any)
 	if len(entries) != 1 || entries[0].(map[string]any)["id"] != id || entries[0].(map[string]any)["expires_at"] == nil ||
-		!strings.Contains(list["retention"].(string), "24h0m0s") {
+		!strings.Contains(list["retention"].(string), "kept for 24h") {
 		t.Fatalf("list_runs = %v", list)
 	}
 	// A foreground run's result names its run too.

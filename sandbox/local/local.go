@@ -49,7 +49,7 @@ const ScratchDirDescription = "the current working directory (Deno.cwd()), a fre
 
 // OutDirDescription is what Env reports as the directory of files kept
 // with the run.
-const OutDirDescription = "out/ in the current working directory (create it with Deno.mkdir(\"out\"))"
+const OutDirDescription = "out/ in the current working directory"
 
 // errNoDeno is FindDeno's answer when no deno binary is found anywhere.
 var errNoDeno = errors.New(`deno not found: install it with "npm install --prefix .cache/deno @deno/linux-x64-glibc@2.9.6" or run ./run.sh`)
