@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,10 +43,27 @@ func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) 
 // server's gets a note, not the file. Everything left out gets a note that
 // says why; a missing dir is no files and no note.
 func CollectFiles(dir string, lim FileLimits) (files []File, data map[string][]byte, notes []string) {
-	root, err := os.OpenRoot(dir)
+	// out/ itself must be a directory, not a link to one: the scratch
+	// directory is opened as a root and out/ looked at without following.
+	parent, err := os.OpenRoot(filepath.Dir(dir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
+	if err != nil {
+		return nil, nil, []string{fmt.Sprintf("files: out/ could not be read (%v); no file was kept", err)}
+	}
+	defer parent.Close()
+	fi, err := parent.Lstat(filepath.Base(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, []string{fmt.Sprintf("files: out/ could not be read (%v); no file was kept", err)}
+	}
+	if !fi.IsDir() {
+		return nil, nil, []string{"files: out is not a directory (links are never followed); no file was kept"}
+	}
+	root, err := parent.OpenRoot(filepath.Base(dir))
 	if err != nil {
 		return nil, nil, []string{fmt.Sprintf("files: out/ could not be read (%v); no file was kept", err)}
 	}
