@@ -611,9 +611,10 @@ func appendLine(buf []byte, line string, max int) []byte {
 
 // CollectOut keeps the files in dir (the run's out/ directory, read once
 // the code has ended); the backend calls it before removing the scratch
-// directory.
-func (r *Run) CollectOut(dir string) {
+// directory, with notes for files it could not hand over.
+func (r *Run) CollectOut(dir string, skipped []string) {
 	files, data, notes := CollectFiles(dir, r.m.opts.Files)
+	notes = append(notes, skipped...)
 	r.mu.Lock()
 	r.files, r.fileData, r.fileNotes = files, data, notes
 	r.mu.Unlock()

@@ -58,10 +58,15 @@ type Request struct {
 	OnStderrLine func(line string)
 	// OnOutDir, if set, is called once the code has ended and before the
 	// run's scratch directory is removed, with the server-side path of the
-	// scratch directory's out/ subdirectory (which may not exist). The
-	// code is gone by then: nothing writes there any more. Backends whose
-	// Environment.OutDir is "" never call it.
-	OnOutDir func(dir string)
+	// scratch directory's out/ subdirectory (which may not exist; a
+	// backend whose scratch lives elsewhere copies its regular files into
+	// a temporary directory first), and a note for each file the backend
+	// did not copy. The code is gone by then: nothing writes there any
+	// more. Backends whose Environment.OutDir is "" never call it.
+	OnOutDir func(dir string, skipped []string)
+	// OutMaxBytes is the most bytes of out/ files the caller keeps; a
+	// backend that copies them stops copying there (0: its own default).
+	OutMaxBytes int64
 }
 
 // Result is what a run produced.

@@ -150,6 +150,7 @@ func (s *Server) execute(ctx context.Context, r *runs.Run, args executeArgs, sel
 		OnStdoutLine: r.StdoutLine,
 		OnStderrLine: r.StderrLine,
 		OnOutDir:     r.CollectOut,
+		OutMaxBytes:  s.runMgr.Settings().Files.MaxRunBytes,
 	}
 	if rreq.Timeout <= 0 {
 		return runs.Outcome{Result: &sandbox.Result{TimedOut: true, ExitCode: -1}, Queued: queued}

@@ -327,7 +327,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		// deno is gone (Wait returned; on a timeout or a straggler its
 		// whole group was killed, and it may start no process of its
 		// own): nothing writes to out/ any more.
-		req.OnOutDir(filepath.Join(scratch, "out"))
+		req.OnOutDir(filepath.Join(scratch, "out"), nil)
 	}
 	state := cmd.ProcessState
 	if state == nil {
