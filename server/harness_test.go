@@ -143,6 +143,8 @@ type harnessConfig struct {
 	noClient bool
 	// runsDir is the run store's directory (default: a new temp dir).
 	runsDir string
+	// backend, if set, replaces the local runner (e.g. the Docker one).
+	backend sandbox.Runner
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
@@ -199,7 +201,11 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		defer cancel()
 		mgr.Close(ctx)
 	})
-	runner := &countingRunner{Runner: lr}
+	var backend sandbox.Runner = lr
+	if cfg.backend != nil {
+		backend = cfg.backend
+	}
+	runner := &countingRunner{Runner: backend}
 	opts := Options{
 		Runs:          mgr,
 		Runner:        runner,
