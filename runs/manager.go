@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -107,6 +108,20 @@ type Manager struct {
 
 	sweepKick chan struct{}
 	sweepDone chan struct{}
+
+	// Records are written by one goroutine (writeLoop) that commits all
+	// the changes waiting at once in one transaction: no run waits for
+	// an fsync, and many runs share one.
+	wmu        sync.Mutex
+	wclosed    bool
+	writes     chan pendingWrite
+	writerDone chan struct{}
+}
+
+// pendingWrite is a write with what to do once it is committed.
+type pendingWrite struct {
+	w     write
+	after func()
 }
 
 // Open opens the store in opts.Dir, marks the runs a previous process
@@ -146,15 +161,17 @@ func Open(opts Options) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	m := &Manager{
-		opts:      opts,
-		store:     store,
-		log:       opts.Logger.With("component", "runs"),
-		now:       opts.Now,
-		ctx:       ctx,
-		cancel:    cancel,
-		live:      map[string]*Run{},
-		sweepKick: make(chan struct{}, 1),
-		sweepDone: make(chan struct{}),
+		opts:       opts,
+		store:      store,
+		log:        opts.Logger.With("component", "runs"),
+		now:        opts.Now,
+		ctx:        ctx,
+		cancel:     cancel,
+		live:       map[string]*Run{},
+		sweepKick:  make(chan struct{}, 1),
+		sweepDone:  make(chan struct{}),
+		writes:     make(chan pendingWrite, 1024),
+		writerDone: make(chan struct{}),
 	}
 	if err := m.markInterrupted(); err != nil {
 		store.Close()
@@ -164,7 +181,78 @@ func Open(opts Options) (*Manager, error) {
 		m.log.Warn("retention sweep failed", "err", err)
 	}
 	go m.sweepLoop()
+	go m.writeLoop()
 	return m, nil
+}
+
+// enqueue hands a record (and, with output, its streams and files) to the
+// writer. after, if set, runs once it is committed (or failed).
+func (m *Manager) enqueue(rec *Record, output bool, stdout, stderr []byte, files map[string][]byte, after func()) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		m.log.Error("encode run record", "run", rec.ID, "err", err)
+		if after != nil {
+			after()
+		}
+		return
+	}
+	pw := pendingWrite{w: write{rec: b, id: rec.ID, output: output, stdout: stdout, stderr: stderr, files: files}, after: after}
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	if m.wclosed {
+		m.log.Warn("run record not written: the store is closed", "run", rec.ID, "state", rec.State)
+		if after != nil {
+			after()
+		}
+		return
+	}
+	m.writes <- pw
+}
+
+// Sync waits until every change made so far is committed to the store.
+func (m *Manager) Sync() {
+	done := make(chan struct{})
+	m.wmu.Lock()
+	if m.wclosed {
+		m.wmu.Unlock()
+		return
+	}
+	m.writes <- pendingWrite{after: func() { close(done) }}
+	m.wmu.Unlock()
+	<-done
+}
+
+// writeLoop commits queued writes, as many as are waiting in one
+// transaction, in the order they came.
+func (m *Manager) writeLoop() {
+	defer close(m.writerDone)
+	for pw := range m.writes {
+		batch := []pendingWrite{pw}
+	more:
+		for len(batch) < 256 {
+			select {
+			case next, ok := <-m.writes:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		ws := make([]write, len(batch))
+		for i, p := range batch {
+			ws[i] = p.w
+		}
+		if err := m.store.apply(ws); err != nil {
+			m.log.Error("write run records", "runs", len(ws), "err", err)
+		}
+		for _, p := range batch {
+			if p.after != nil {
+				p.after()
+			}
+		}
+	}
 }
 
 // markInterrupted turns every record left queued or running by an
@@ -240,14 +328,11 @@ func (m *Manager) Start(spec Spec) (*Run, error) {
 			MaxOutput:  spec.MaxOutput,
 		},
 	}
-	if err := m.store.Put(r.rec); err != nil {
-		cancel(nil)
-		return nil, fmt.Errorf("record the run: %w", err)
-	}
 	m.mu.Lock()
 	m.live[id] = r
 	m.wg.Add(1)
 	m.mu.Unlock()
+	m.enqueue(r.rec.clone(), false, nil, nil, nil, nil)
 	m.log.Info("run queued", "run", id, "background", spec.Background)
 	go r.flushLoop()
 	go func() {
@@ -330,6 +415,15 @@ func (m *Manager) File(id, name string) ([]byte, File, error) {
 	if i < 0 {
 		return nil, File{}, fmt.Errorf("run %s has no file %q: its files are listed in run_status: %w", id, truncate(name, 60), ErrNotFound)
 	}
+	if r := m.Live(id); r != nil {
+		// Ended, its final record not committed yet: from memory.
+		r.mu.Lock()
+		data, ok := r.fileData[name]
+		r.mu.Unlock()
+		if ok {
+			return data, rec.Files[i], nil
+		}
+	}
 	data, err := m.store.File(id, name)
 	if err != nil {
 		return nil, File{}, fmt.Errorf("read file %s of run %s: %w", name, id, err)
@@ -345,9 +439,16 @@ func (m *Manager) List(state State) ([]*Record, error) {
 		return nil, err
 	}
 	m.mu.Lock()
+	seen := map[string]bool{}
 	for i, rec := range recs {
+		seen[rec.ID] = true
 		if r := m.live[rec.ID]; r != nil {
 			recs[i] = r.Snapshot()
+		}
+	}
+	for id, r := range m.live {
+		if !seen[id] {
+			recs = append(recs, r.Snapshot()) // not written yet
 		}
 	}
 	m.mu.Unlock()
@@ -477,6 +578,11 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.log.Warn("runs still ending at shutdown; they will be marked interrupted at the next start")
 	}
 	<-m.sweepDone
+	m.wmu.Lock()
+	m.wclosed = true
+	close(m.writes)
+	m.wmu.Unlock()
+	<-m.writerDone
 	return m.store.Close()
 }
 
@@ -555,9 +661,7 @@ func (r *Run) Running(queued time.Duration) {
 	if r.ended {
 		return
 	}
-	if err := r.m.store.Put(rec); err != nil {
-		r.m.log.Warn("record run start", "run", r.id, "err", err)
-	}
+	r.m.enqueue(rec, false, nil, nil, nil, nil)
 }
 
 // SetStdoutListener sets (or, with nil, removes) a func that gets each
@@ -645,9 +749,7 @@ func (r *Run) flushLoop() {
 		stdout := append([]byte(nil), r.stdout...)
 		stderr := append([]byte(nil), r.stderr...)
 		r.mu.Unlock()
-		if err := r.m.store.PutProgress(rec, stdout, stderr); err != nil {
-			r.m.log.Warn("record run output", "run", r.id, "err", err)
-		}
+		r.m.enqueue(rec, true, stdout, stderr, nil, nil)
 		r.writeMu.Unlock()
 	}
 }
@@ -709,13 +811,15 @@ func (r *Run) finish(out Outcome) {
 	files := r.fileData
 	r.mu.Unlock()
 
-	if err := r.m.store.PutFinal(final, stdout, stderr, files); err != nil {
-		r.m.log.Error("record run result", "run", r.id, "err", err)
-	}
+	// The run stays in the live map (readers see it from memory) until
+	// its final record is committed; waiters need not wait for that.
+	r.m.enqueue(final, true, stdout, stderr, files, func() {
+		r.m.mu.Lock()
+		delete(r.m.live, r.id)
+		r.m.mu.Unlock()
+		r.m.kickSweep()
+	})
 	r.writeMu.Unlock()
-	r.m.mu.Lock()
-	delete(r.m.live, r.id)
-	r.m.mu.Unlock()
 	r.cancel(nil)
 	close(r.done)
 	r.m.log.Info("run ended", "run", r.id, "state", final.State, "duration_ms", final.DurationMS)
@@ -725,7 +829,6 @@ func (r *Run) finish(out Outcome) {
 	for _, f := range listeners {
 		go f(r.id)
 	}
-	r.m.kickSweep()
 }
 
 // Final returns the final record and output of a run that has ended (from

@@ -173,6 +173,8 @@ func TestRetention(t *testing.T) {
 	}
 	// Over the size cap by the live run's record: the oldest ended run goes.
 	// (The sweep kicked by the third run's end may have done it already.)
+	waitState(t, m, live.ID(), Running)
+	m.Sync()
 	if _, err := m.Sweep(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +200,7 @@ func TestRetention(t *testing.T) {
 	}
 	close(block)
 	<-live.Done()
+	m.Sync()
 	if list, _ := m.List(""); len(list) != 1 || list[0].State != Succeeded {
 		t.Fatalf("list = %+v", list)
 	}

@@ -199,3 +199,42 @@ func (s *Store) Delete(ids ...string) error {
 		return nil
 	})
 }
+
+// write is one change for Apply: a record, and with output its streams,
+// and its files.
+type write struct {
+	rec            []byte
+	id             string
+	output         bool
+	stdout, stderr []byte
+	files          map[string][]byte
+}
+
+// apply commits writes in one transaction (one fsync for all of them).
+func (s *Store) apply(ws []write) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		runs, out, fb := tx.Bucket(bucketRuns), tx.Bucket(bucketOutput), tx.Bucket(bucketFiles)
+		for _, w := range ws {
+			if w.id == "" {
+				continue // a Sync marker
+			}
+			if w.output {
+				if err := out.Put(entryKey(w.id, "stdout"), nonNilBytes(w.stdout)); err != nil {
+					return err
+				}
+				if err := out.Put(entryKey(w.id, "stderr"), nonNilBytes(w.stderr)); err != nil {
+					return err
+				}
+			}
+			for name, data := range w.files {
+				if err := fb.Put(entryKey(w.id, name), nonNilBytes(data)); err != nil {
+					return err
+				}
+			}
+			if err := runs.Put([]byte(w.id), w.rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
