@@ -26,10 +26,10 @@ func (s *Server) buildInstructions() string {
 	p("- The result is stdout as text, then stderr labelled \"stderr:\". A non-zero exit, a timeout and running out of memory " +
 		"each mark the result as an error with its own message; output printed before a timeout is kept.\n")
 	if proxy.PerRunLog(s.opts.Gate) {
-		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory, truncated and network " +
+		p("- structuredContent has run_id, state, exit_code, duration_ms, timed_out, out_of_memory, truncated, files and network " +
 			"(each request the run made: method, host, path, status, credential_injected, blocked).\n")
 	} else {
-		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory and truncated; " +
+		p("- structuredContent has run_id, state, exit_code, duration_ms, timed_out, out_of_memory, truncated and files; " +
 			"network stays empty on this server (no per-run network log).\n")
 	}
 
