@@ -56,6 +56,8 @@ type Options struct {
 	// FlushEvery is how often a running run's output is written to the
 	// store (default 1s).
 	FlushEvery time.Duration
+	// SweepEvery is how often retention is applied (default 1 min).
+	SweepEvery time.Duration
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
 	// Now is the clock (nil: time.Now); tests of retention move it.
@@ -106,7 +108,6 @@ type Manager struct {
 	onEnd []func(id string)
 	wg    sync.WaitGroup
 
-	sweepKick chan struct{}
 	sweepDone chan struct{}
 
 	// Records are written by one goroutine (writeLoop) that commits all
@@ -149,6 +150,9 @@ func Open(opts Options) (*Manager, error) {
 	if opts.FlushEvery <= 0 {
 		opts.FlushEvery = DefaultFlushEvery
 	}
+	if opts.SweepEvery <= 0 {
+		opts.SweepEvery = time.Minute
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -168,7 +172,6 @@ func Open(opts Options) (*Manager, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		live:       map[string]*Run{},
-		sweepKick:  make(chan struct{}, 1),
 		sweepDone:  make(chan struct{}),
 		writes:     make(chan pendingWrite, 1024),
 		writerDone: make(chan struct{}),
@@ -542,23 +545,15 @@ func (m *Manager) Sweep() (int, error) {
 	return len(doomed), nil
 }
 
-func (m *Manager) kickSweep() {
-	select {
-	case m.sweepKick <- struct{}{}:
-	default:
-	}
-}
-
 func (m *Manager) sweepLoop() {
 	defer close(m.sweepDone)
-	ticker := time.NewTicker(time.Minute)
+	ticker := time.NewTicker(m.opts.SweepEvery)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-ticker.C:
-		case <-m.sweepKick:
 		}
 		if _, err := m.Sweep(); err != nil {
 			m.log.Warn("retention sweep failed", "err", err)
@@ -817,7 +812,8 @@ func (r *Run) finish(out Outcome) {
 		r.m.mu.Lock()
 		delete(r.m.live, r.id)
 		r.m.mu.Unlock()
-		r.m.kickSweep()
+		// Retention is checked every SweepEvery, not after each run: a
+		// sweep reads every record.
 	})
 	r.writeMu.Unlock()
 	r.cancel(nil)
