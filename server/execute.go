@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,7 +288,15 @@ func (s *Server) finalResult(rec *runs.Record, stdout, stderr []byte, files map[
 		}
 		fileList = append(fileList, fo)
 	}
-	for _, n := range rec.Notes {
+	notes := append([]string(nil), rec.Notes...)
+	for _, e := range rec.Network {
+		for _, n := range e.Notes {
+			if note := "network: " + e.Method + " " + e.Host + e.Path + ": " + n; !slices.Contains(notes, note) {
+				notes = append(notes, note)
+			}
+		}
+	}
+	for _, n := range notes {
 		content = append(content, &mcp.TextContent{Text: n})
 	}
 	if len(content) == 0 {
