@@ -19,7 +19,8 @@ import (
 // gives them back (inline and as a link), resources/read serves the CSV;
 // cancel_run stops a run, and nothing of either is left in the sandbox.
 func TestRunsDockerBackend(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it builds (a binary, an image) and would slow the
+	// parallel tests that measure short timeouts.
 	sb := dockertest.Start(t, dockertest.Options{})
 	dr, err := docker.New(docker.Options{DockerHost: sb.FilterHost, Container: sb.Name})
 	if err != nil {

@@ -412,7 +412,8 @@ func TestRunToolsBadInput(t *testing.T) {
 // restart on the same data directory, the first is readable (output and
 // files) and the second is interrupted, with the output it had flushed.
 func TestRunsSurviveRestart(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it builds (a binary, an image) and would slow the
+	// parallel tests that measure short timeouts.
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
