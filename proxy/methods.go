@@ -151,7 +151,7 @@ func (x *exchange) unreadable(reason, what, fix string) *http.Response {
 
 // bodyKinds say how an upstream framework may parse a body.
 type bodyKinds struct {
-	form      bool   // URL-encoded (also a body without Content-Type: Rack)
+	form      bool   // URL-encoded (also a POST body without Content-Type: Rack)
 	bare      bool   // no Content-Type at all
 	json      bool   // Laravel: any Content-Type containing "/json" or "+json"
 	multipart string // the boundary, for multipart/*
@@ -175,7 +175,7 @@ func (x *exchange) bodyMethods() ([]askedMethod, *http.Response) {
 			}
 		}
 	}
-	kinds, what, fix := parseBodyType(in.Header.Values("Content-Type"))
+	kinds, what, fix := parseBodyType(in.Method, in.Header.Values("Content-Type"))
 	if what != "" {
 		return nil, x.unreadable("ambiguous_body", what, fix)
 	}
@@ -217,9 +217,10 @@ func (x *exchange) bodyMethods() ([]askedMethod, *http.Response) {
 	return asked, nil
 }
 
-// parseBodyType classifies the Content-Type header lines; when they are
-// ambiguous, what says why and fix what to send instead.
-func parseBodyType(values []string) (k bodyKinds, what, fix string) {
+// parseBodyType classifies the Content-Type header lines of a request
+// with this method; when they are ambiguous, what says why and fix what to
+// send instead.
+func parseBodyType(method string, values []string) (k bodyKinds, what, fix string) {
 	const oneType = "Send one Content-Type header, e.g. \"application/json\", \"application/x-www-form-urlencoded\" or \"multipart/form-data; boundary=...\"."
 	if len(values) > 1 {
 		return k, fmt.Sprintf("it has %d Content-Type headers, which servers resolve differently", len(values)), oneType
@@ -229,7 +230,9 @@ func parseBodyType(values []string) (k bodyKinds, what, fix string) {
 		ct = strings.TrimSpace(values[0])
 	}
 	if ct == "" {
-		return bodyKinds{form: true, bare: true}, "", ""
+		// Rack reads a POST body without Content-Type as a form (and
+		// overrides only POST); other methods' bare bodies nobody parses.
+		return bodyKinds{form: strings.EqualFold(method, http.MethodPost), bare: true}, "", ""
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
