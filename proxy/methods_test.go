@@ -210,6 +210,8 @@ func methodAttacks(t testing.TB) []methodCase {
 			body: multipartBody(bnd, "\r\n", true, part{[]string{`Content-Disposition: form-data; name="a"; name="_method"`}, "DELETE"}), want: "a _method part of the multipart body"})
 		add(methodCase{name: "multipart LF line ends", header: hdr("Content-Type", ctMP),
 			body: multipartBody(bnd, "\n", true, field("_method", "DELETE")), want: "a _method part of the multipart body"})
+		add(methodCase{name: "multipart LF part hidden in a CRLF body (PHP splits lines on LF)", header: hdr("Content-Type", ctMP),
+			body: multipartBody(bnd, "\r\n", true, field("a", "x\n--"+bnd+"\nContent-Disposition: form-data; name=\"_method\"\n\nDELETE")), want: "does not read as a part header"})
 		add(methodCase{name: "multipart/mixed", header: hdr("Content-Type", "multipart/mixed; boundary="+bnd),
 			body: multipartBody(bnd, "\r\n", true, field("_method", "DELETE")), want: "a _method part of the multipart body"})
 		add(methodCase{name: "multipart quoted-printable _method", header: hdr("Content-Type", ctMP),
@@ -263,32 +265,32 @@ func TestMethodRulesRefuseOverrides(t *testing.T) {
 	up := newUpstream(t, nil)
 	_, c := tp.open(t)
 	for _, tc := range methodAttacks(t) {
-		before := len(up.seen())
-		resp, body := send(t, c, tc.method, up.url(tc.host, tc.path), tc.header, tc.body)
-		if len(up.seen()) != before {
-			t.Errorf("%s: the request reached the upstream (status %d)", tc.name, resp.StatusCode)
-		}
-		if resp.StatusCode != tc.status {
-			t.Errorf("%s: status %d, want %d: %s", tc.name, resp.StatusCode, tc.status, body)
-			continue
-		}
-		if tc.status == http.StatusForbidden {
-			if k := resp.Header.Get(errorHeader); k != "method_restricted" {
-				t.Errorf("%s: %s = %q, want method_restricted", tc.name, errorHeader, k)
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(up.seen())
+			resp, body := send(t, c, tc.method, up.url(tc.host, tc.path), tc.header, tc.body)
+			if len(up.seen()) != before {
+				t.Errorf("the request reached the upstream (status %d)", resp.StatusCode)
 			}
-			var m map[string]string
-			if err := json.Unmarshal([]byte(body), &m); err != nil || m["error"] != "method_restricted" || m["message"] == "" {
-				t.Errorf("%s: want a method_restricted JSON answer, got %q (%v)", tc.name, body, err)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
-			api := "deny"
-			field := "restricted_methods"
-			if tc.host == "api.test" {
-				api, field = "allow", "allowed_methods"
+			if tc.status == http.StatusForbidden {
+				if k := resp.Header.Get(errorHeader); k != "method_restricted" {
+					t.Errorf("%s = %q, want method_restricted", errorHeader, k)
+				}
+				var m map[string]string
+				if err := json.Unmarshal([]byte(body), &m); err != nil || m["error"] != "method_restricted" || m["message"] == "" {
+					t.Errorf("want a method_restricted JSON answer, got %q (%v)", body, err)
+				}
+				api, field := "deny", "restricted_methods"
+				if tc.host == "api.test" {
+					api, field = "allow", "allowed_methods"
+				}
+				mustContain(t, "answer", body, `"api":"`+api+`"`, field, "apis/"+api+"/config.json")
+				body += "\n" + m["message"] // the message unescaped
 			}
-			mustContain(t, tc.name, body, `"api":"`+api+`"`, field, "apis/"+api+"/config.json")
-			body += "\n" + m["message"] // the message unescaped
-		}
-		mustContain(t, tc.name, body, tc.want)
+			mustContain(t, "answer", body, tc.want)
+		})
 	}
 	logs := tp.log.String()
 	mustContain(t, "log", logs, "blocked=method_restricted")
@@ -351,14 +353,15 @@ func TestMethodRulesPassLegitimateRequests(t *testing.T) {
 		{"open: form over the cap", "other.test", "POST", hdr("Content-Type", ctForm), []byte("_method=DELETE&a=" + strings.Repeat("z", 2<<20))},
 	}
 	for _, tc := range cases {
-		resp, body := send(t, c, tc.method, up.url(tc.host, "/v1/x"), tc.header, tc.body)
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: status %d: %s", tc.name, resp.StatusCode, body)
-			continue
-		}
-		if want := digest(tc.method, tc.body); body != want {
-			t.Errorf("%s: upstream got %q, want %q (the body sent)", tc.name, body, want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := send(t, c, tc.method, up.url(tc.host, "/v1/x"), tc.header, tc.body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if want := digest(tc.method, tc.body); body != want {
+				t.Errorf("upstream got %q, want %q (the body sent)", body, want)
+			}
+		})
 	}
 }
 
