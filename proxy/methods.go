@@ -280,7 +280,12 @@ const (
 // sent.
 func (x *exchange) peekBody(kinds bodyKinds) ([]byte, *http.Response) {
 	in := x.in
-	buf, err := io.ReadAll(io.LimitReader(in.Body, maxBodyPeek+1))
+	var b bytes.Buffer
+	if in.ContentLength > 0 && in.ContentLength <= maxBodyPeek {
+		b.Grow(int(in.ContentLength) + bytes.MinRead) // one allocation, no regrowth
+	}
+	_, err := b.ReadFrom(io.LimitReader(in.Body, maxBodyPeek+1))
+	buf := b.Bytes()
 	in.Body = peekedBody{io.MultiReader(bytes.NewReader(buf), in.Body), in.Body}
 	if err != nil {
 		return nil, x.refuse(http.StatusBadRequest, "bad_request", "codeforge proxy: read request body: "+x.p.scrub(err.Error()))
@@ -445,9 +450,20 @@ func multipartMethods(buf []byte, boundary string) ([]string, string) {
 	}
 	// Cross-check: every header line naming _method must have been a part.
 	raw := 0
-	for _, line := range strings.Split(string(buf), "\n") {
-		name, value, ok := strings.Cut(strings.TrimSuffix(line, "\r"), ":")
-		if ok && strings.EqualFold(strings.TrimSpace(name), "Content-Disposition") &&
+	const cd = "content-disposition"
+	for rest := buf; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		line = bytes.TrimLeft(line, " \t")
+		if len(line) < len(cd) || !bytes.EqualFold(line[:len(cd)], []byte(cd)) {
+			continue
+		}
+		name, value, ok := strings.Cut(strings.TrimSuffix(string(line), "\r"), ":")
+		if ok && strings.EqualFold(strings.TrimSpace(name), cd) &&
 			slices.ContainsFunc(dispositionNames([]string{value}), isMethodName) {
 			raw++
 		}

@@ -505,3 +505,48 @@ for (const host of ["api.test", "beta.test"]) {
 		t.Errorf("upstream saw %d requests, want the 2 uploads", n)
 	}
 }
+
+// BenchmarkCheckMethod measures what the method rules add per request:
+// nothing for an API without them, a header scan for a bodiless request,
+// and one read of the body for the kinds frameworks take _method from.
+func BenchmarkCheckMethod(b *testing.B) {
+	set := methodAPIs(b)
+	rules := func(name string) *apiRules {
+		for _, a := range set.Active() {
+			if a.Name == name {
+				return &apiRules{api: a}
+			}
+		}
+		b.Fatalf("no API %q", name)
+		return nil
+	}
+	jsonBody := []byte(`{"amount":1000,"currency":"eur","metadata":{"_method":"x","order":"` + strings.Repeat("o", 900) + `"}}`)
+	mp := multipartBody(bnd, "\r\n", true, field("note", "hi"), part{[]string{`Content-Disposition: form-data; name="file"; filename="a.bin"`}, strings.Repeat("z", 64<<10)})
+	for _, bc := range []struct {
+		name, api, method, ct string
+		body                  []byte
+	}{
+		{"no rules, JSON 1KiB", "open", "POST", ctJSON, jsonBody},
+		{"rules, GET", "allow", "GET", "", nil},
+		{"rules, JSON 1KiB", "allow", "POST", ctJSON, jsonBody},
+		{"rules, form 1KiB", "deny", "POST", ctForm, []byte("a=1&b=" + strings.Repeat("f", 1000))},
+		{"rules, multipart 64KiB", "allow", "POST", ctMP, mp},
+		{"rules, octet-stream 64KiB", "deny", "POST", "application/octet-stream", mp},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			x := &exchange{rules: rules(bc.api), t: &target{scheme: "https", host: "api.test", port: "443"}}
+			b.SetBytes(int64(len(bc.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest(bc.method, "https://api.test/v1/x?a=1", bytes.NewReader(bc.body))
+				if bc.ct != "" {
+					req.Header.Set("Content-Type", bc.ct)
+				}
+				x.in = req
+				if resp := x.checkMethod(); resp != nil {
+					b.Fatalf("refused: %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+}
