@@ -205,7 +205,7 @@ func checkShape(fe *fileErrors, data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	// next is the position of the token the decoder reads next.
-	next := func() string { return position(data, nextTokenOffset(data, dec.InputOffset())+1) }
+	next := func() jsonPos { return jsonPos{data, nextTokenOffset(data, dec.InputOffset()) + 1} }
 	syntax := func(err error) error {
 		switch {
 		case err == io.EOF && len(bytes.TrimSpace(data)) == 0:
@@ -233,7 +233,7 @@ func checkShape(fe *fileErrors, data []byte) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return fmt.Errorf("%s: want a JSON object at the top level, got %s", fe.file, describe(tok))
 	}
-	seen := map[string]string{}
+	seen := map[string]jsonPos{}
 	for dec.More() {
 		where := next()
 		tok, err := dec.Token()
@@ -279,8 +279,8 @@ func checkShape(fe *fileErrors, data []byte) error {
 
 // checkField checks one known field's value, whose first token is tok,
 // found at pos; next gives the position of the decoder's next token.
-func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, tok json.Token, pos string, next func() string) error {
-	mismatch := func(field, want string, tok json.Token, pos string) {
+func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, tok json.Token, pos jsonPos, next func() jsonPos) error {
+	mismatch := func(field, want string, tok json.Token, pos jsonPos) {
 		if tok == nil {
 			fe.add("%s: null at %s; want %s (leave the field out to use its default)", field, pos, want)
 			return
@@ -336,7 +336,7 @@ func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, t
 			mismatch(key, kind.String(), tok, pos)
 			return skipValue(dec, tok)
 		}
-		seen := map[string]string{}
+		seen := map[string]jsonPos{}
 		for dec.More() {
 			keyPos := next()
 			k, err := dec.Token()
@@ -456,6 +456,16 @@ func nextTokenOffset(data []byte, off int64) int64 {
 	}
 	return off
 }
+
+// jsonPos is a place in a config file, formatted as "line L, column C"
+// only when a message needs it (counting lines for every token would make
+// decoding quadratic in the file's size).
+type jsonPos struct {
+	data []byte
+	off  int64
+}
+
+func (p jsonPos) String() string { return position(p.data, p.off) }
 
 // position turns a byte count into "line L, column C" of the last byte
 // counted (1-based), so position(data, off+1) is where data[off] is.

@@ -261,8 +261,14 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, deny("exec create refused: %s --kill takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--kill", cmd[2]}
+	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--collect" && runpolicy.CheckRunID(cmd[2]) == nil:
+		if len(env) > 0 {
+			return nil, deny("exec create refused: %s --collect takes no Env", WrapperName)
+		}
+		out.Cmd = []string{f.opts.Wrapper, "--collect", cmd[2]}
 	default:
-		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--warm\"], [%q, \"--check\"] or [%q, \"--kill\", RUN_ID]", WrapperName, WrapperName, WrapperName, WrapperName)
+		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--warm\"], [%q, \"--check\"], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
+			WrapperName, WrapperName, WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
 }

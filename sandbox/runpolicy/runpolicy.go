@@ -128,14 +128,16 @@ func CacheDir(scratch string) string { return scratch + ".deno" }
 func RemoveRun(scratch string) error {
 	var errs []error
 	for _, dir := range []string{scratch, CacheDir(scratch)} {
-		if err := removeTree(dir); err != nil {
+		if err := RemoveTree(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func removeTree(dir string) error {
+// RemoveTree deletes dir, first making writable any directory the code
+// made read-only.
+func RemoveTree(dir string) error {
 	if err := os.RemoveAll(dir); err == nil {
 		return nil
 	}

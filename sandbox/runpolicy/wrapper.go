@@ -20,6 +20,9 @@ import (
 //	                         (a run still starting never starts deno)
 //	codeforge-run --warm     start deno for the settings in Env, then wait on
 //	                         stdin for a run (RunClaim's line, then the code)
+//	codeforge-run --collect ID  write a tar of the entries directly in run ID's
+//	                         out/ (kept by CODEFORGE_KEEP_OUT=1), then remove
+//	                         its files; ExitNoSuchRun when there is no such run
 //	codeforge-run --check    exit 0 iff deno starts and the proxy CA is present
 //	codeforge-run --idle     a keepalive that reaps orphans (PID 1 in tests)
 //
@@ -61,12 +64,13 @@ const (
 	EnvAllowNet   = "CODEFORGE_ALLOW_NET"
 	EnvMemoryMB   = "CODEFORGE_MEMORY_MB"
 	EnvRead       = "CODEFORGE_READ"
+	EnvKeepOut    = "CODEFORGE_KEEP_OUT"
 	EnvHTTPSProxy = "HTTPS_PROXY"
 	EnvHTTPProxy  = "HTTP_PROXY"
 )
 
 // EnvKeys lists every variable a run's exec may set, in canonical order.
-var EnvKeys = []string{EnvRunID, EnvTimeout, EnvAllowNet, EnvMemoryMB, EnvRead, EnvHTTPSProxy, EnvHTTPProxy}
+var EnvKeys = []string{EnvRunID, EnvTimeout, EnvAllowNet, EnvMemoryMB, EnvRead, EnvKeepOut, EnvHTTPSProxy, EnvHTTPProxy}
 
 var (
 	runIDPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -83,6 +87,9 @@ type Run struct {
 	MemoryMB  int // 0: SandboxMemoryMB
 	ReadPaths []string
 	ProxyURL  string
+	// KeepOut keeps the run's scratch directory after it ended by itself,
+	// for --collect (which, or --kill, removes it).
+	KeepOut bool
 }
 
 // CheckRunID says why id cannot name a run.
@@ -146,6 +153,9 @@ func (r Run) Env() ([]string, error) {
 	if len(r.ReadPaths) > 0 {
 		env = append(env, EnvRead+"="+strings.Join(r.ReadPaths, ","))
 	}
+	if r.KeepOut {
+		env = append(env, EnvKeepOut+"=1")
+	}
 	if r.ProxyURL != "" {
 		env = append(env, EnvHTTPSProxy+"="+r.ProxyURL, EnvHTTPProxy+"="+r.ProxyURL)
 	}
@@ -207,6 +217,13 @@ func ParseEnv(env []string) (Run, error) {
 				return Run{}, fmt.Errorf("%s is not a comma-separated list of absolute paths of plain characters without '..'", EnvRead)
 			}
 		}
+	}
+	switch vals[EnvKeepOut] {
+	case "":
+	case "1":
+		r.KeepOut = true
+	default:
+		return Run{}, fmt.Errorf("%s is not \"\" or \"1\"", EnvKeepOut)
 	}
 	hp, hasHTTPS := vals[EnvHTTPSProxy]
 	p, hasHTTP := vals[EnvHTTPProxy]
@@ -290,7 +307,7 @@ func parseTimeout(s string) time.Duration {
 }
 
 // ErrUsage is the wrapper's answer to arguments it does not know.
-var ErrUsage = errors.New("usage: codeforge-run [--warm | --kill RUN_ID | --check | --idle] (code on stdin, settings in CODEFORGE_* variables)")
+var ErrUsage = errors.New("usage: codeforge-run [--warm | --kill RUN_ID | --collect RUN_ID | --check | --idle] (code on stdin, settings in CODEFORGE_* variables)")
 
 func trim(s string) string {
 	if len(s) > 64 {
@@ -309,8 +326,8 @@ func trim(s string) string {
 // WarmEnv is r's environment for a warm exec: r.Env without the timeout
 // and proxy, which come with the claim.
 func (r Run) WarmEnv() ([]string, error) {
-	if r.ProxyURL != "" || r.Timeout != 0 {
-		return nil, errors.New("a warm exec's settings have no timeout or proxy: those come with its run")
+	if r.ProxyURL != "" || r.Timeout != 0 || r.KeepOut {
+		return nil, errors.New("a warm exec's settings have no timeout, proxy or keep-out: those come with its run")
 	}
 	r.Timeout = time.Second
 	env, err := r.Env()
@@ -331,7 +348,7 @@ func (r Run) WarmEnv() ([]string, error) {
 func ParseWarmEnv(env []string) (Run, error) {
 	for _, e := range env {
 		k, _, _ := strings.Cut(e, "=")
-		if k == EnvTimeout || k == EnvHTTPSProxy || k == EnvHTTPProxy {
+		if k == EnvTimeout || k == EnvHTTPSProxy || k == EnvHTTPProxy || k == EnvKeepOut {
 			return Run{}, fmt.Errorf("Env key %s is not allowed for a warm exec: it comes with the run", k)
 		}
 	}

@@ -12,6 +12,7 @@
 package wrapper
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"errors"
@@ -79,6 +80,8 @@ func (w *wrapper) main(args []string) int {
 		code, err = w.warm()
 	case args[0] == "--kill" && len(args) == 2:
 		code, err = w.kill(args[1])
+	case args[0] == "--collect" && len(args) == 2:
+		code, err = w.collect(args[1])
 	case args[0] == "--check" && len(args) == 1:
 		code, err = 0, w.check()
 	case args[0] == "--idle" && len(args) == 1:
@@ -114,6 +117,7 @@ func (w *wrapper) run() (int, error) {
 	if rd == nil {
 		return status, err
 	}
+	rd.keepOut = r.KeepOut
 	cmd := w.deno(runpolicy.Args(rd.spec), rd.spec, w.stdin)
 	return w.supervise(rd, cmd, r.Timeout, nil)
 }
@@ -249,6 +253,9 @@ type runDir struct {
 	id, pidfile string
 	spec        runpolicy.Spec
 	cleanup     func()
+	// keepOut keeps the scratch directory (not the cache) of a run that
+	// ended by itself, for --collect.
+	keepOut, ended bool
 }
 
 // prepare creates run r's directories. A nil runDir means the run must
@@ -266,7 +273,13 @@ func (w *wrapper) prepare(r runpolicy.Run) (*runDir, int, error) {
 	rd := &runDir{id: r.ID, pidfile: spec.Scratch + ".pid", spec: spec}
 	rd.cleanup = func() {
 		_ = os.Remove(rd.pidfile)
-		if err := runpolicy.RemoveRun(spec.Scratch); err != nil {
+		var err error
+		if rd.keepOut && rd.ended {
+			err = runpolicy.RemoveTree(spec.DenoDir)
+		} else {
+			err = runpolicy.RemoveRun(spec.Scratch)
+		}
+		if err != nil {
 			fmt.Fprintf(w.stderr, "%s%v\n", runpolicy.MessagePrefix, err)
 		}
 	}
@@ -384,6 +397,7 @@ func (w *wrapper) supervise(rd *runDir, cmd *exec.Cmd, timeout time.Duration, cl
 	// Whatever deno left in its group goes too. While a member lives, the
 	// group ID cannot have been handed to anyone else.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	rd.ended = true
 	status := exitStatus(cmd.ProcessState)
 	if status > 128 {
 		// The runner reads this last line to tell deno being killed (by
@@ -438,6 +452,73 @@ func (w *wrapper) kill(id string) (int, error) {
 	_ = os.Remove(marker)
 	if err != nil {
 		return 0, refuse("%v", err)
+	}
+	return 0, nil
+}
+
+// collect writes a tar of the entries directly in run id's out/ to
+// stdout, without descending into directories or following links (a link
+// is archived as a link; an out/ that is a link is not entered), so the
+// runner can name what it does not keep; then removes the run's files.
+func (w *wrapper) collect(id string) (int, error) {
+	if runpolicy.CheckRunID(id) != nil {
+		return 0, refuse("--collect needs a run ID ([A-Za-z0-9][A-Za-z0-9_-]{0,63})")
+	}
+	scratch := filepath.Join(w.paths.Runs, id)
+	if fi, err := os.Lstat(scratch); err != nil || !fi.IsDir() {
+		return runpolicy.ExitNoSuchRun, nil
+	}
+	if exists(scratch + ".pid") {
+		return 0, refuse("run %s is still running", id)
+	}
+	defer runpolicy.RemoveRun(scratch)
+	out := filepath.Join(scratch, "out")
+	fi, err := os.Lstat(out)
+	if err != nil || !fi.IsDir() {
+		tw := tar.NewWriter(w.stdout)
+		return 0, tw.Close()
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return 0, refuse("read %s: %v", out, err)
+	}
+	tw := tar.NewWriter(w.stdout)
+	for _, e := range entries {
+		p := filepath.Join(out, e.Name())
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		link := ""
+		if fi.Mode()&os.ModeSymlink != 0 {
+			link, _ = os.Readlink(p)
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			continue // a socket or the like: not archived
+		}
+		hdr.Name = "./" + e.Name()
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return 0, refuse("write tar: %v", err)
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return 0, refuse("read %s: %v", p, err)
+			}
+			_, err = io.CopyN(tw, f, fi.Size())
+			f.Close()
+			if err != nil {
+				return 0, refuse("write tar: %v", err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return 0, refuse("write tar: %v", err)
 	}
 	return 0, nil
 }

@@ -33,7 +33,7 @@ import (
 // tools are the host programs the tests use in the sandbox besides deno
 // and the wrapper (the shell's builtins cover echo, printf, read, kill,
 // wait, test).
-var tools = []string{"dash", "timeout", "setsid", "env", "rm", "mkdir", "chmod", "sleep", "cat", "du", "find", "wc", "cut"}
+var tools = []string{"dash", "timeout", "setsid", "env", "rm", "mkdir", "chmod", "sleep", "cat", "du", "find", "wc", "cut", "tar"}
 
 var images sync.Map // wrapper-hash -> *imageOnce
 
