@@ -123,7 +123,7 @@ func BenchmarkConcurrentSessions(b *testing.B) {
 							return
 						}
 						want := strconv.FormatInt(i, 10) + "\n"
-						res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": "console.log(" + strconv.FormatInt(i, 10) + ")"}})
+						res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": "console.log(" + strconv.FormatInt(i, 10) + ")", "timeout": 300}})
 						if err != nil || res.IsError || allText(res) != want {
 							b.Errorf("call %d: %v %v", i, err, res)
 							return
