@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/elazarl/goproxy"
@@ -61,6 +62,11 @@ type Options struct {
 	// link-local and other non-public addresses. Off, such destinations
 	// are refused after DNS resolution.
 	AllowPrivateUpstreams bool
+
+	// dialControl, when set, vets every upstream socket before it
+	// connects. Tests set it to keep traffic on loopback even when a
+	// defence under test is broken.
+	dialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Proxy is the egress proxy. It is safe for concurrent use.
@@ -126,6 +132,7 @@ func New(opts Options) (*Proxy, error) {
 		publicURL: opts.PublicURL,
 		runs:      newRegistry(),
 		conns:     map[net.Conn]struct{}{},
+		dialer:    net.Dialer{Control: opts.dialControl},
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
