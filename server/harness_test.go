@@ -140,6 +140,8 @@ type harnessConfig struct {
 	clientToken string
 	// noClient skips connecting the default client session.
 	noClient bool
+	// memoryMB replaces testMemoryMB as the runs' memory cap.
+	memoryMB int
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
@@ -155,11 +157,15 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		deno = testenv.Deno(t)
 	}
 	skillsDir := t.TempDir()
+	memoryMB := testMemoryMB
+	if cfg.memoryMB > 0 {
+		memoryMB = cfg.memoryMB
+	}
 	lr, err := local.New(local.Options{
 		DenoPath:    deno,
 		SkillsDir:   skillsDir,
 		ScratchRoot: t.TempDir(),
-		MemoryMB:    testMemoryMB,
+		MemoryMB:    memoryMB,
 		CACertFile:  cfg.caCert,
 	})
 	if err != nil {
@@ -188,7 +194,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		APIs:          func() *apis.Set { return set },
 		Skills:        store,
 		MaxConcurrent: 2,
-		MemoryMB:      testMemoryMB,
+		MemoryMB:      memoryMB,
 		Logger:        slog.New(slog.NewTextHandler(&lockedWriter{mu: logMu, w: logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if cfg.gate != nil {
