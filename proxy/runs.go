@@ -41,6 +41,9 @@ type run struct {
 	revoked  bool
 	tunnels  map[io.Closer]struct{} // open CONNECT tunnels, closed on finish
 	inFlight int                    // requests the proxy is working on
+
+	// blobs are the Basic credentials the proxy assembled for this run.
+	blobs basicBlobs
 }
 
 var (
@@ -133,6 +136,7 @@ func (r *run) snapshot() ([]NetEntry, int) {
 	out := make([]NetEntry, len(r.entries))
 	for i, e := range r.entries {
 		out[i] = *e
+		out[i].Notes = slices.Clone(e.Notes)
 	}
 	return out, r.dropped
 }
