@@ -103,6 +103,7 @@ func TestLargeBodiesStreamInFlatMemory(t *testing.T) {
 		upCount, upBytes = rd.Count(), int(n)
 	})
 	_, c := tp.open(t)
+	c.Timeout = 10 * time.Minute // a liveness guard only: the race detector on a loaded machine is slow
 
 	h := startHeapPeak()
 	resp, err := c.Get(up.url("api.test", "/big"))
