@@ -170,7 +170,7 @@ func TestExecThroughFilter(t *testing.T) {
 		})
 	}
 	t.Run("check and kill", func(t *testing.T) {
-		for _, cmd := range [][]string{{"codeforge-run", "--check"}, {"codeforge-run", "--kill", "0123456789abcdef"}} {
+		for _, cmd := range [][]string{{"codeforge-run", "--check"}, {"codeforge-run", "--check", "192.0.2.1:3128"}, {"codeforge-run", "--kill", "0123456789abcdef"}} {
 			out := runExec(t, c, "sandbox", client.ExecCreateOptions{AttachStdout: true, AttachStderr: true, Cmd: cmd}, "")
 			var rep standinReport
 			if err := json.Unmarshal([]byte(out.stdout), &rep); err != nil {

@@ -42,12 +42,12 @@ func TestHealRejoinsRestartedNamespace(t *testing.T) {
 	}
 	// Two holders: one without a health check, one whose check never passes
 	// (the stand-in image has no shell for it to run).
-	holder := run("cf-heal-holder-"+sfx, append(labels("netguard", ""), "--network", "none")...)
-	sick := run("cf-heal-sick-"+sfx, append(labels("sickguard", ""), "--network", "none",
+	holder := run("cf-dfilter-heal-holder-"+sfx, append(labels("netguard", ""), "--network", "none")...)
+	sick := run("cf-dfilter-heal-sick-"+sfx, append(labels("sickguard", ""), "--network", "none",
 		"--health-cmd", "exit 1", "--health-interval", "1s", "--health-retries", "1")...)
-	joiner := run("cf-heal-joiner-"+sfx, append(labels("sandbox", "netguard:service_healthy:true"), "--network", "container:"+holder)...)
-	waiter := run("cf-heal-waiter-"+sfx, append(labels("waiter", "sickguard:service_healthy:true"), "--network", "container:"+sick)...)
-	filterC := startContainer(t, "cf-heal-filter-"+sfx, labels("dockerfilter", "")...)
+	joiner := run("cf-dfilter-heal-joiner-"+sfx, append(labels("sandbox", "netguard:service_healthy:true"), "--network", "container:"+holder)...)
+	waiter := run("cf-dfilter-heal-waiter-"+sfx, append(labels("waiter", "sickguard:service_healthy:true"), "--network", "container:"+sick)...)
+	filterC := startContainer(t, "cf-dfilter-heal-filter-"+sfx, labels("dockerfilter", "")...)
 
 	tf := startFilter(t, Options{Hostname: filterC[:12]})
 	ctx, cancel := context.WithCancel(context.Background())
