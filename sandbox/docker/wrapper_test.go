@@ -81,7 +81,12 @@ func TestWrapper(t *testing.T) {
 		{"unknown flag", nil, []string{"--bogus"}, "usage"},
 		{"kill without id", nil, []string{"--kill"}, "usage"},
 		{"kill bad id", nil, []string{"--kill", "../../x"}, "--kill needs a run ID"},
-		{"check with args", nil, []string{"--check", "x"}, "usage"},
+		{"check with args", nil, []string{"--check", "192.0.2.1:3128", "x"}, "usage"},
+		{"check probe not an address", nil, []string{"--check", "x"}, "IPV4:PORT"},
+		{"check probe host name", nil, []string{"--check", "proxy:3128"}, "IPV4:PORT"},
+		{"check probe flag", nil, []string{"--check", "--kill"}, "IPV4:PORT"},
+		{"check probe no port", nil, []string{"--check", "192.0.2.1:"}, "IPV4:PORT"},
+		{"check probe five octets", nil, []string{"--check", "1.2.3.4.5:80"}, "IPV4:PORT"},
 	} {
 		stdout, stderr, code := wrapperExec(t, sb, tc.env, `console.log("ran")`, tc.args...)
 		if code != 125 || !strings.HasPrefix(stderr, "codeforge-run: ") || !strings.Contains(stderr, tc.want) || stdout != "" {
