@@ -176,9 +176,16 @@ func crashAndRecover(t *testing.T, st *stack, svc string, midRun bool) {
 		cs   *mcp.ClientSession
 		last string
 	)
+	overrun := false
 	for {
-		if time.Since(crashed) > recoveryBound {
-			t.Fatalf("no credentialed call worked within %s of the %s crash (last: %s)\n%s", recoveryBound, svc, last, st.diagnostics())
+		if !overrun && time.Since(crashed) > recoveryBound {
+			// Fail, but keep polling a while to report how long it did
+			// take (a loaded machine restarts containers slowly).
+			overrun = true
+			t.Errorf("no credentialed call worked within %s of the %s crash (last: %s)\n%s", recoveryBound, svc, last, st.diagnostics())
+		}
+		if time.Since(crashed) > 4*recoveryBound {
+			t.Fatalf("no credentialed call worked within %s of the %s crash (last: %s)", 4*recoveryBound, svc, last)
 		}
 		if cs == nil {
 			cs, err = st.tryConnect()
@@ -199,6 +206,9 @@ func crashAndRecover(t *testing.T, st *stack, svc string, midRun bool) {
 		}
 		if !res.IsError && strings.HasPrefix(stdout(res), "200\n") {
 			checkEcho(t, st, res)
+			if took := time.Since(crashed); took > recoveryBound && !overrun {
+				t.Errorf("the first credentialed call to work after the %s crash answered %s after it, over the %s bound", svc, took.Round(100*time.Millisecond), recoveryBound)
+			}
 			t.Logf("a credentialed call worked %s after the crash", time.Since(crashed).Round(100*time.Millisecond))
 			break
 		}
