@@ -164,7 +164,7 @@ func (h *healer) pass(ctx context.Context) error {
 			}
 		}
 		if wait != "" {
-			h.once(m.id, fmt.Sprintf("%s is in %s's previous network namespace; restarting it once %s is ready (now: %s)", m.name, hd.name, hd.service, wait),
+			h.once(m.id, fmt.Sprintf("%s is in %s's previous network namespace; restarting it once %s and its dependencies are ready (now: %s)", m.name, hd.name, hd.service, wait),
 				func(msg string) { h.log.Warn(msg) })
 			continue
 		}

@@ -102,7 +102,7 @@ func TestHealRejoinsRestartedNamespace(t *testing.T) {
 	}
 	// The sick holder is back too, but never healthy: its joiner waits.
 	poll("the healer to report the waiting joiner", func() bool {
-		return strings.Contains(tf.logs.String(), "restarting it once sickguard is ready")
+		return strings.Contains(tf.logs.String(), "restarting it once sickguard and its dependencies are ready (now: sickguard is ")
 	})
 	t.Logf("waiter reported after %v", time.Since(t0))
 	if started(waiter) != waiterStarted {
