@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/apis"
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/sandbox"
 )
 
@@ -24,7 +24,7 @@ type executeOutput struct {
 	TimedOut    bool             `json:"timed_out"`
 	OutOfMemory bool             `json:"out_of_memory"`
 	Truncated   bool             `json:"truncated"`
-	Network     []proxy.NetEntry `json:"network"`
+	Network     []gate.NetEntry `json:"network"`
 }
 
 func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -85,9 +85,9 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		res := &sandbox.Result{TimedOut: true, ExitCode: -1}
 		return s.runResult(res, args.Timeout, time.Since(arrived), nil, nil), nil
 	}
-	var run proxy.Run
+	var run gate.Run
 	if s.opts.Gate != nil {
-		spec := proxy.RunSpec{}
+		spec := gate.RunSpec{}
 		if args.APIsGiven {
 			spec.APIs = apiNames(selected)
 		}
@@ -115,7 +115,7 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	}
 
 	var notes []string
-	var network []proxy.NetEntry
+	var network []gate.NetEntry
 	if run != nil {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		network, err = run.Finish(fctx)
@@ -171,7 +171,7 @@ func (s *Server) netDeniedHint(stderr string, allowed []string) string {
 
 // runResult turns a run into the tool result DESIGN.md specifies: stdout,
 // labelled stderr, one plain note per condition, structuredContent.
-func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, network []proxy.NetEntry, notes []string) *mcp.CallToolResult {
+func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, network []gate.NetEntry, notes []string) *mcp.CallToolResult {
 	var content []mcp.Content
 	if res.Stdout != "" {
 		content = append(content, &mcp.TextContent{Text: res.Stdout})
@@ -209,7 +209,7 @@ func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, n
 		content = append(content, &mcp.TextContent{Text: "(no output)"})
 	}
 	if network == nil {
-		network = []proxy.NetEntry{}
+		network = []gate.NetEntry{}
 	}
 	return &mcp.CallToolResult{
 		Content: content,

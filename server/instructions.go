@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 )
 
 // buildInstructions writes the usage primer: the initialize instructions
@@ -24,7 +24,7 @@ func (s *Server) buildInstructions() string {
 		"Every call is a fresh process: nothing in memory survives between calls.\n")
 	p("- The result is stdout as text, then stderr labelled \"stderr:\". A non-zero exit, a timeout and running out of memory " +
 		"each mark the result as an error with its own message; output printed before a timeout is kept.\n")
-	if proxy.PerRunLog(s.opts.Gate) {
+	if gate.PerRunLog(s.opts.Gate) {
 		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory, truncated and network " +
 			"(each request the run made: method, host, path, status, credential_injected, blocked).\n")
 	} else {

@@ -1,4 +1,4 @@
-package server
+package app
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/docker"
 )
@@ -40,7 +41,7 @@ const (
 // the proxy's token file may not exist yet when the server starts, so the
 // gate reads it when first needed, and /health (Ready) stays "starting"
 // until the proxy answers and the sandbox passes its check.
-func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy.Gate, error) {
+func buildDockerBackend(cfg *config) (sandbox.Runner, gate.Gate, error) {
 	get := func(name string) string {
 		v, _ := cfg.Getenv(name)
 		return strings.TrimSpace(v)
@@ -87,11 +88,11 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 	if err != nil {
 		return nil, nil, err
 	}
-	gate := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
+	cg := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
 	if transparent {
 		cfg.Logger.With("component", "serve").Info("proxy in transparent mode: runs get no proxy settings; their network logs are the proxy's, not per run")
 	}
-	return &dockerRunner{Runner: runner, gate: gate}, gate, nil
+	return &dockerRunner{Runner: runner, gate: cg}, cg, nil
 }
 
 // controlGate is the proxy's control API as a Gate, connected on first
@@ -140,7 +141,7 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 // give: the run gets no proxy settings (its traffic reaches the proxy
 // anyway) and an empty network log; the apis argument still narrows Deno's
 // own network permissions, while the proxy allows every active API.
-func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, error) {
+func (g *controlGate) Open(ctx context.Context, spec gate.RunSpec) (gate.Run, error) {
 	if g.transparent {
 		return transparentRun{}, nil
 	}
@@ -152,7 +153,7 @@ func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, 
 }
 
 // SharedLog reports a transparent proxy, whose runs have no network log
-// of their own (proxy.SharedLogGate).
+// of their own (gate.SharedLogGate).
 func (g *controlGate) SharedLog() bool { return g.transparent }
 
 // transparentRun is a run through a transparent proxy: no proxy URL, no
@@ -161,7 +162,7 @@ type transparentRun struct{}
 
 func (transparentRun) ProxyURL() string { return "" }
 
-func (transparentRun) Finish(context.Context) ([]proxy.NetEntry, error) { return nil, nil }
+func (transparentRun) Finish(context.Context) ([]gate.NetEntry, error) { return nil, nil }
 
 // dockerRunner is the docker runner whose readiness also needs the proxy:
 // a run without it would fail its first request.

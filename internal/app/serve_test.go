@@ -1,4 +1,4 @@
-package server
+package app
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func TestCommandServes(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Command(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
+		done <- Serve(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
 			"--max-concurrent", "3", "--memory-mb", "256"}, envMap(env), &stderr)
 	}()
 	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
@@ -169,7 +169,7 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 			var stderr syncBuffer
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			err := Command(ctx, args, envMap(env), &stderr)
+			err := Serve(ctx, args, envMap(env), &stderr)
 			if err == nil {
 				t.Fatalf("serve started with a bad setting; log:\n%s", stderr.String())
 			}
@@ -198,7 +198,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Command(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
+		done <- Serve(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
 			"--skills-dir", filepath.Join(dir, "skills")}, envMap(env), &stderr)
 	}()
 	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
@@ -270,5 +270,48 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serve: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing after a generous bound.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allText joins a tool result's text blocks.
+func allText(res *mcp.CallToolResult) string {
+	var out []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			out = append(out, tc.Text)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// writeAPIs writes apis/<name>/config.json files into a new directory.
+func writeAPIs(t testing.TB, configs map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, cfg := range configs {
+		writeFile(t, filepath.Join(dir, name, "config.json"), cfg)
+	}
+	return dir
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,10 @@
-package server
+// Package app is CodeForge's composition root: it turns flags and the
+// environment into a configuration, builds the parts a command needs (the
+// proxy and its CA, a sandbox backend, the skills store, the MCP server)
+// and wires them together. The parts themselves know nothing of each
+// other: the server consumes small interfaces (sandbox.Runner, gate.Gate)
+// and this package supplies the implementations.
+package app
 
 import (
 	"context"
@@ -23,8 +29,10 @@ import (
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/proxy/ca"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/local"
+	"github.com/codeforge/codeforge/server"
 	"github.com/codeforge/codeforge/settings"
 	"github.com/codeforge/codeforge/skills"
 )
@@ -69,10 +77,10 @@ type config struct {
 // its context is cancelled.
 const shutdownGrace = 10 * time.Second
 
-// Command runs `codeforge serve`: the MCP server on --addr with the chosen
+// Serve runs `codeforge serve`: the MCP server on --addr with the chosen
 // sandbox backend. It returns when ctx is cancelled (after a graceful
 // shutdown) or when the server cannot start or keep serving.
-func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error {
+func Serve(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -83,8 +91,8 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	log := cfg.Logger.With("component", "serve")
 
 	var (
-		runner sandbox.Runner
-		gate   proxy.Gate
+		runner  sandbox.Runner
+		runGate gate.Gate
 		// reloadProxy hands a reloaded API set to the in-process proxy.
 		reloadProxy = func(*apis.Set) error { return nil }
 	)
@@ -96,9 +104,9 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 			return err
 		}
 		defer px.Close()
-		gate, reloadProxy = px, px.Reload
+		runGate, reloadProxy = px, px.Reload
 	case "docker":
-		runner, gate, err = buildDockerBackend(ctx, cfg)
+		runner, runGate, err = buildDockerBackend(cfg)
 		if err != nil {
 			return fmt.Errorf("docker sandbox: %w", err)
 		}
@@ -111,9 +119,9 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	}
 	var current atomic.Pointer[apis.Set]
 	current.Store(cfg.APIs)
-	srv, err := New(Options{
+	srv, err := server.New(server.Options{
 		Runner:             runner,
-		Gate:               gate,
+		Gate:               runGate,
 		APIs:               current.Load,
 		Skills:             store,
 		Settings:           cfg.Settings,
@@ -151,10 +159,10 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 		"url", "http://"+ln.Addr().String()+"/mcp",
 		"backend", cfg.Backend,
 		"apis", len(cfg.APIs.Active()),
-		"network", networkSummary(gate, cfg.Settings.YOLO),
+		"network", networkSummary(runGate, cfg.Settings.YOLO),
 		"token", cfg.Token != "",
 		"skills_dir", cfg.SkillsDir,
-		"max_concurrent", srv.opts.MaxConcurrent)
+		"max_concurrent", cfg.MaxConcurrent)
 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -244,9 +252,9 @@ func buildLocalBackend(cfg *config) (sandbox.Runner, *proxy.Proxy, error) {
 	return runner, px, nil
 }
 
-func networkSummary(gate proxy.Gate, yolo bool) string {
+func networkSummary(g gate.Gate, yolo bool) string {
 	switch {
-	case gate == nil:
+	case g == nil:
 		return "none"
 	case yolo:
 		return "any host (YOLO)"
@@ -277,9 +285,9 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		allowedOrigins = fs.String("allowed-origins", env("CODEFORGE_ALLOWED_ORIGINS", ""), "comma-separated Origin values to accept; default http://localhost:<port> and http://127.0.0.1:<port> (CODEFORGE_ALLOWED_ORIGINS)")
 		tokenFile      = fs.String("token-file", env("CODEFORGE_TOKEN_FILE", ""), "file holding the bearer token clients must send (CODEFORGE_TOKEN_FILE; or set CODEFORGE_TOKEN)")
 		maxConcurrent  = fs.String("max-concurrent", env("MAX_CONCURRENT_RUNS", strconv.Itoa(defaultConcurrency())), "runs at once (MAX_CONCURRENT_RUNS)")
-		queueLimit     = fs.String("queue-limit", env("MAX_QUEUED_RUNS", strconv.Itoa(DefaultQueueLimit)), "runs that may wait for a slot before calls get \"server busy\" (MAX_QUEUED_RUNS)")
-		maxOutput      = fs.String("max-output", env("MAX_OUTPUT_BYTES", strconv.Itoa(DefaultMaxOutput)), "bytes kept of stdout and of stderr per run (MAX_OUTPUT_BYTES)")
-		maxCode        = fs.String("max-code-bytes", env("MAX_CODE_BYTES", strconv.Itoa(DefaultMaxCodeBytes)), "largest code accepted, in bytes (MAX_CODE_BYTES)")
+		queueLimit     = fs.String("queue-limit", env("MAX_QUEUED_RUNS", strconv.Itoa(server.DefaultQueueLimit)), "runs that may wait for a slot before calls get \"server busy\" (MAX_QUEUED_RUNS)")
+		maxOutput      = fs.String("max-output", env("MAX_OUTPUT_BYTES", strconv.Itoa(server.DefaultMaxOutput)), "bytes kept of stdout and of stderr per run (MAX_OUTPUT_BYTES)")
+		maxCode        = fs.String("max-code-bytes", env("MAX_CODE_BYTES", strconv.Itoa(server.DefaultMaxCodeBytes)), "largest code accepted, in bytes (MAX_CODE_BYTES)")
 		maxTimeout     = fs.String("max-timeout", env("MAX_TIMEOUT", "300s"), "largest timeout a call may ask for, e.g. 300s or 300 (MAX_TIMEOUT)")
 		defTimeout     = fs.String("default-timeout", env("DEFAULT_TIMEOUT", "30s"), "timeout of a call that gives none (DEFAULT_TIMEOUT)")
 		idleTimeout    = fs.String("session-idle-timeout", env("SESSION_IDLE_TIMEOUT", "30m"), "close MCP sessions idle this long (SESSION_IDLE_TIMEOUT)")
