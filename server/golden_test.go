@@ -42,10 +42,11 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 // TestToolsGolden pins the tool contract clients see: names, descriptions,
-// input and output schemas, annotations.
+// input and output schemas, annotations. It runs nothing, so it runs on a
+// fake runner (no Deno, no root).
 func TestToolsGolden(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, harnessConfig{})
+	h := newHarness(t, harnessConfig{fake: true})
 	res, err := h.session.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +70,11 @@ func TestToolsGolden(t *testing.T) {
 
 // TestInstructionsGolden pins the primer (with the test's directories
 // replaced by placeholders) and checks that initialize and
-// get_instructions give the same text.
+// get_instructions give the same text. The fake runner reports the local
+// backend's environment, so the primer is the local backend's.
 func TestInstructionsGolden(t *testing.T) {
 	t.Parallel()
-	h := newGatedHarness(t, harnessConfig{})
+	h := newGatedHarness(t, harnessConfig{fake: true})
 	init := h.session.InitializeResult()
 	if init.Instructions == "" || init.Instructions != h.srv.Instructions() {
 		t.Fatalf("initialize instructions differ from the server's primer")

@@ -33,7 +33,7 @@ func (s *Server) buildInstructions() string {
 	}
 
 	p("\n## Files\n")
-	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchDir)
+	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchNote)
 	p("- Skills: %s. Read-write; saved skills live here.\n", skillsDir)
 	if env.TypesDir != "" {
 		p("- API types: %s (read-only).\n", env.TypesDir)

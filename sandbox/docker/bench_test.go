@@ -15,7 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
+	"github.com/codeforge/codeforge/internal/dockertest"
 )
 
 // BenchmarkDockerRunner measures, in one run and interleaved, the time to

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
+	"github.com/codeforge/codeforge/internal/dockertest"
 )
 
 // wrapperExec runs codeforge-run in the sandbox as the sandbox user

@@ -765,7 +765,7 @@ func TestEnvAndReady(t *testing.T) {
 	}
 	r := newRunner(t, func(o *Options) { o.SkillsDir = link })
 	env := r.Env()
-	want := sandbox.Environment{Backend: "local", ScratchDir: ScratchDirDescription, SkillsDir: skills}
+	want := sandbox.Environment{Backend: "local", ScratchNote: ScratchNote, SkillsDir: skills}
 	if env != want {
 		t.Errorf("Env() = %+v, want %+v", env, want)
 	}
