@@ -76,6 +76,12 @@ func Bool(getenv Getenv, name string) (bool, error) {
 // List splits a comma-separated variable, dropping empty items.
 func List(getenv Getenv, name string) []string {
 	v, _ := getenv(name)
+	return SplitList(v)
+}
+
+// SplitList splits a comma-separated value, trimming items and dropping
+// empty ones.
+func SplitList(v string) []string {
 	var out []string
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,15 +35,31 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
-	if err != nil {
+	if code := exitCode(err); code != 0 {
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "codeforge:", err)
 		}
-		os.Exit(2)
+		os.Exit(code)
 	}
 }
 
+// errUsage means the usage text has been written: the command line was
+// wrong.
 var errUsage = errors.New("usage")
+
+// exitCode is 0 for success and for -h (the help was asked for and
+// written), 2 for a wrong command line (usage), 1 for every other error.
+func exitCode(err error) int {
+	var usageErr *settings.UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage), errors.As(err, &usageErr):
+		return 2
+	default:
+		return 1
+	}
+}
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {

@@ -97,7 +97,9 @@ func buildDockerBackend(cfg *config) (sandbox.Runner, gate.Gate, error) {
 
 // controlGate is the proxy's control API as a Gate, connected on first
 // use: the proxy writes its token file when it starts, which may be after
-// the server.
+// the server. The token file is read again at every use, so a token the
+// proxy made anew (its file deleted and recreated) is picked up without a
+// restart of the server.
 type controlGate struct {
 	controlURL, sandboxProxyURL string
 	token, tokenFile            string
@@ -105,16 +107,13 @@ type controlGate struct {
 	// out no per-run identities (SANDBOX_PROXY_URL=none).
 	transparent bool
 
-	mu     sync.Mutex
-	client *proxy.ControlClient
+	mu sync.Mutex
+	// client is the client for clientToken, the token last read.
+	client      *proxy.ControlClient
+	clientToken string
 }
 
 func (g *controlGate) connect() (*proxy.ControlClient, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.client != nil {
-		return g.client, nil
-	}
 	token := g.token
 	if token == "" {
 		b, err := os.ReadFile(g.tokenFile)
@@ -129,11 +128,16 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 			return nil, fmt.Errorf("control token file %s (%s) is empty or too short: the proxy may still be writing it", g.tokenFile, envControlTokenFile)
 		}
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client != nil && g.clientToken == token {
+		return g.client, nil
+	}
 	c, err := proxy.NewControlClient(g.controlURL, token, g.sandboxProxyURL, nil)
 	if err != nil {
 		return nil, err
 	}
-	g.client = c
+	g.client, g.clientToken = c, token
 	return c, nil
 }
 

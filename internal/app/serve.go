@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -82,9 +81,6 @@ const shutdownGrace = 10 * time.Second
 // shutdown) or when the server cannot start or keep serving.
 func Serve(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -267,39 +263,33 @@ func networkSummary(g gate.Gate, yolo bool) string {
 // then validates and prepares directories. Every error names the flag and
 // variable to fix.
 func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*config, error) {
-	env := func(name, def string) string {
-		if v, ok := getenv(name); ok && strings.TrimSpace(v) != "" {
-			return strings.TrimSpace(v)
-		}
-		return def
-	}
-	fs := flag.NewFlagSet("codeforge serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fl := settings.NewFlags("codeforge serve", getenv, stderr)
 	var (
-		addr           = fs.String("addr", env("CODEFORGE_ADDR", "127.0.0.1:8080"), "listen address (CODEFORGE_ADDR)")
-		backend        = fs.String("sandbox", env("SANDBOX_BACKEND", "local"), "sandbox backend: local or docker (SANDBOX_BACKEND)")
-		apisDir        = fs.String("apis-dir", env("APIS_DIR", "./apis"), "directory of API configs <name>/config.json (APIS_DIR)")
-		skillsDir      = fs.String("skills-dir", env("SKILLS_DIR", "./data/skills"), "directory of saved skills (SKILLS_DIR)")
-		dataDir        = fs.String("data-dir", env("DATA_DIR", "./data"), "directory for the proxy CA and run scratch space (DATA_DIR)")
-		allowedHosts   = fs.String("allowed-hosts", env("CODEFORGE_ALLOWED_HOSTS", ""), "comma-separated Host values to accept; default localhost names with the listening port (CODEFORGE_ALLOWED_HOSTS)")
-		allowedOrigins = fs.String("allowed-origins", env("CODEFORGE_ALLOWED_ORIGINS", ""), "comma-separated Origin values to accept; default http://localhost:<port> and http://127.0.0.1:<port> (CODEFORGE_ALLOWED_ORIGINS)")
-		tokenFile      = fs.String("token-file", env("CODEFORGE_TOKEN_FILE", ""), "file holding the bearer token clients must send (CODEFORGE_TOKEN_FILE; or set CODEFORGE_TOKEN)")
-		maxConcurrent  = fs.String("max-concurrent", env("MAX_CONCURRENT_RUNS", strconv.Itoa(defaultConcurrency())), "runs at once (MAX_CONCURRENT_RUNS)")
-		queueLimit     = fs.String("queue-limit", env("MAX_QUEUED_RUNS", strconv.Itoa(server.DefaultQueueLimit)), "runs that may wait for a slot before calls get \"server busy\" (MAX_QUEUED_RUNS)")
-		maxOutput      = fs.String("max-output", env("MAX_OUTPUT_BYTES", strconv.Itoa(server.DefaultMaxOutput)), "bytes kept of stdout and of stderr per run (MAX_OUTPUT_BYTES)")
-		maxCode        = fs.String("max-code-bytes", env("MAX_CODE_BYTES", strconv.Itoa(server.DefaultMaxCodeBytes)), "largest code accepted, in bytes (MAX_CODE_BYTES)")
-		maxTimeout     = fs.String("max-timeout", env("MAX_TIMEOUT", "300s"), "largest timeout a call may ask for, e.g. 300s or 300 (MAX_TIMEOUT)")
-		defTimeout     = fs.String("default-timeout", env("DEFAULT_TIMEOUT", "30s"), "timeout of a call that gives none (DEFAULT_TIMEOUT)")
-		idleTimeout    = fs.String("session-idle-timeout", env("SESSION_IDLE_TIMEOUT", "30m"), "close MCP sessions idle this long (SESSION_IDLE_TIMEOUT)")
-		memoryMB       = fs.String("memory-mb", env("SANDBOX_MEMORY_MB", "512"), "memory limit of each run in MB (SANDBOX_MEMORY_MB)")
-		allowPrivate   = fs.String("allow-private-upstreams", env("ALLOW_PRIVATE_UPSTREAMS", "false"), "let the proxy reach loopback and private addresses (ALLOW_PRIVATE_UPSTREAMS)")
-		upstreamCA     = fs.String("upstream-ca", env("UPSTREAM_CA", ""), "PEM file of extra CA certificates the proxy trusts for upstream APIs (UPSTREAM_CA)")
+		addr, backend, apisDir, skillsDir, dataDir, allowedHosts, allowedOrigins, tokenFile string
+		maxConcurrent, queueLimit, maxOutput, maxCode, maxTimeout, defTimeout, idleTimeout  string
+		memoryMB, upstreamCA                                                                string
+		allowPrivate                                                                        bool
 	)
-	if err := fs.Parse(args); err != nil {
+	fl.String(&addr, "addr", "CODEFORGE_ADDR", "127.0.0.1:8080", "listen address")
+	fl.String(&backend, "sandbox", "SANDBOX_BACKEND", "local", "sandbox backend: local or docker")
+	fl.String(&apisDir, "apis-dir", "APIS_DIR", "./apis", "directory of API configs <name>/config.json")
+	fl.String(&skillsDir, "skills-dir", "SKILLS_DIR", "./data/skills", "directory of saved skills")
+	fl.String(&dataDir, "data-dir", "DATA_DIR", "./data", "directory for the proxy CA and run scratch space")
+	fl.String(&allowedHosts, "allowed-hosts", "CODEFORGE_ALLOWED_HOSTS", "", "comma-separated Host values to accept; default localhost names with the listening port")
+	fl.String(&allowedOrigins, "allowed-origins", "CODEFORGE_ALLOWED_ORIGINS", "", "comma-separated Origin values to accept; default http://localhost:<port> and http://127.0.0.1:<port>")
+	fl.String(&tokenFile, "token-file", "CODEFORGE_TOKEN_FILE", "", "file holding the bearer token clients must send (or set CODEFORGE_TOKEN)")
+	fl.String(&maxConcurrent, "max-concurrent", "MAX_CONCURRENT_RUNS", strconv.Itoa(defaultConcurrency()), "runs at once")
+	fl.String(&queueLimit, "queue-limit", "MAX_QUEUED_RUNS", strconv.Itoa(server.DefaultQueueLimit), "runs that may wait for a slot before calls get \"server busy\"")
+	fl.String(&maxOutput, "max-output", "MAX_OUTPUT_BYTES", strconv.Itoa(server.DefaultMaxOutput), "bytes kept of stdout and of stderr per run")
+	fl.String(&maxCode, "max-code-bytes", "MAX_CODE_BYTES", strconv.Itoa(server.DefaultMaxCodeBytes), "largest code accepted, in bytes")
+	fl.String(&maxTimeout, "max-timeout", "MAX_TIMEOUT", "300s", "largest timeout a call may ask for, e.g. 300s or 300")
+	fl.String(&defTimeout, "default-timeout", "DEFAULT_TIMEOUT", "30s", "timeout of a call that gives none")
+	fl.String(&idleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "30m", "close MCP sessions idle this long")
+	fl.String(&memoryMB, "memory-mb", "SANDBOX_MEMORY_MB", "512", "memory limit of each run in MB")
+	fl.Bool(&allowPrivate, "allow-private-upstreams", "ALLOW_PRIVATE_UPSTREAMS", false, "let the proxy reach loopback and private addresses")
+	fl.String(&upstreamCA, "upstream-ca", "UPSTREAM_CA", "", "PEM file of extra CA certificates the proxy trusts for upstream APIs")
+	if err := fl.Parse(args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve: unexpected argument %q (flags only; see codeforge serve -h)", fs.Arg(0))
 	}
 
 	common, err := settings.FromEnv(getenv)
@@ -307,15 +297,16 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		return nil, fmt.Errorf("settings: %w", err)
 	}
 	cfg := &config{
-		Addr:           *addr,
-		Backend:        *backend,
-		APIsDir:        *apisDir,
-		AllowedHosts:   splitList(*allowedHosts),
-		AllowedOrigins: splitList(*allowedOrigins),
-		UpstreamCAFile: *upstreamCA,
-		Settings:       common,
-		Getenv:         getenv,
-		Logger:         settings.NewLogger(stderr, common.Debug),
+		Addr:                  addr,
+		Backend:               backend,
+		APIsDir:               apisDir,
+		AllowedHosts:          settings.SplitList(allowedHosts),
+		AllowedOrigins:        settings.SplitList(allowedOrigins),
+		UpstreamCAFile:        upstreamCA,
+		AllowPrivateUpstreams: allowPrivate,
+		Settings:              common,
+		Getenv:                getenv,
+		Logger:                settings.NewLogger(stderr, common.Debug),
 	}
 	if cfg.Backend != "local" && cfg.Backend != "docker" {
 		return nil, fmt.Errorf("--sandbox (SANDBOX_BACKEND) is %q: want local or docker", cfg.Backend)
@@ -328,11 +319,11 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		val, name string
 		min       int
 	}{
-		{&cfg.MaxConcurrent, *maxConcurrent, "--max-concurrent (MAX_CONCURRENT_RUNS)", 1},
-		{&cfg.QueueLimit, *queueLimit, "--queue-limit (MAX_QUEUED_RUNS)", 1},
-		{&cfg.MaxOutput, *maxOutput, "--max-output (MAX_OUTPUT_BYTES)", 1024},
-		{&cfg.MaxCodeBytes, *maxCode, "--max-code-bytes (MAX_CODE_BYTES)", 1024},
-		{&cfg.MemoryMB, *memoryMB, "--memory-mb (SANDBOX_MEMORY_MB)", 16},
+		{&cfg.MaxConcurrent, maxConcurrent, "--max-concurrent (MAX_CONCURRENT_RUNS)", 1},
+		{&cfg.QueueLimit, queueLimit, "--queue-limit (MAX_QUEUED_RUNS)", 1},
+		{&cfg.MaxOutput, maxOutput, "--max-output (MAX_OUTPUT_BYTES)", 1024},
+		{&cfg.MaxCodeBytes, maxCode, "--max-code-bytes (MAX_CODE_BYTES)", 1024},
+		{&cfg.MemoryMB, memoryMB, "--memory-mb (SANDBOX_MEMORY_MB)", 16},
 	}
 	for _, f := range ints {
 		n, err := strconv.Atoi(strings.TrimSpace(f.val))
@@ -345,9 +336,9 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		dst       *time.Duration
 		val, name string
 	}{
-		{&cfg.MaxTimeout, *maxTimeout, "--max-timeout (MAX_TIMEOUT)"},
-		{&cfg.DefaultTimeout, *defTimeout, "--default-timeout (DEFAULT_TIMEOUT)"},
-		{&cfg.SessionIdleTimeout, *idleTimeout, "--session-idle-timeout (SESSION_IDLE_TIMEOUT)"},
+		{&cfg.MaxTimeout, maxTimeout, "--max-timeout (MAX_TIMEOUT)"},
+		{&cfg.DefaultTimeout, defTimeout, "--default-timeout (DEFAULT_TIMEOUT)"},
+		{&cfg.SessionIdleTimeout, idleTimeout, "--session-idle-timeout (SESSION_IDLE_TIMEOUT)"},
 	}
 	for _, d := range durations {
 		v, err := parseDuration(d.val)
@@ -359,22 +350,18 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	if cfg.DefaultTimeout > cfg.MaxTimeout {
 		return nil, fmt.Errorf("--default-timeout (DEFAULT_TIMEOUT) %s is over --max-timeout (MAX_TIMEOUT) %s", cfg.DefaultTimeout, cfg.MaxTimeout)
 	}
-	if cfg.AllowPrivateUpstreams, err = strconv.ParseBool(*allowPrivate); err != nil {
-		return nil, fmt.Errorf("--allow-private-upstreams (ALLOW_PRIVATE_UPSTREAMS) is %q: want true or false", *allowPrivate)
-	}
-
-	if cfg.Token, err = readToken(*tokenFile, getenv); err != nil {
+	if cfg.Token, err = readToken(tokenFile, getenv); err != nil {
 		return nil, err
 	}
 	if cfg.UpstreamCAFile != "" {
-		if cfg.UpstreamRoots, err = loadRoots(cfg.UpstreamCAFile); err != nil {
-			return nil, err
+		if cfg.UpstreamRoots, err = ca.LoadUpstreamRoots(cfg.UpstreamCAFile); err != nil {
+			return nil, fmt.Errorf("--upstream-ca (UPSTREAM_CA): %w", err)
 		}
 	}
-	if cfg.DataDir, err = ensureDir(*dataDir, "--data-dir (DATA_DIR)", 0o700); err != nil {
+	if cfg.DataDir, err = ensureDir(dataDir, "--data-dir (DATA_DIR)", 0o700); err != nil {
 		return nil, err
 	}
-	if cfg.SkillsDir, err = ensureDir(*skillsDir, "--skills-dir (SKILLS_DIR)", 0o755); err != nil {
+	if cfg.SkillsDir, err = ensureDir(skillsDir, "--skills-dir (SKILLS_DIR)", 0o755); err != nil {
 		return nil, err
 	}
 	// The Docker deployment keeps every secret in the proxy container: its
@@ -416,21 +403,6 @@ func readToken(file string, getenv settings.Getenv) (string, error) {
 	return tok, nil
 }
 
-func loadRoots(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("--upstream-ca (UPSTREAM_CA): %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--upstream-ca (UPSTREAM_CA) %s holds no PEM certificate", file)
-	}
-	return pool, nil
-}
-
 // ensureDir makes dir (and parents) when missing and returns its absolute path.
 func ensureDir(dir, what string, perm os.FileMode) (string, error) {
 	if strings.TrimSpace(dir) == "" {
@@ -444,16 +416,6 @@ func ensureDir(dir, what string, perm os.FileMode) (string, error) {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	return abs, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // parseDuration accepts plain seconds ("300", "2.5") or a Go duration ("5m").

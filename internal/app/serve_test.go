@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -313,5 +314,46 @@ func writeFile(t testing.TB, path, content string) {
 	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeOnOffFlagsAreBooleans: --allow-private-upstreams is a boolean
+// flag, as on `codeforge proxy`: given alone it means true and does not
+// swallow the next flag (it was a string flag, so `--allow-private-upstreams
+// --upstream-ca ca.pem` failed with unexpected argument "ca.pem").
+func TestServeOnOffFlagsAreBooleans(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	caFile := testenv.NewCA(t).WritePEM(t, dir)
+	base := []string{"--apis-dir", filepath.Join(dir, "apis"), "--skills-dir", filepath.Join(dir, "skills"), "--data-dir", filepath.Join(dir, "data")}
+	cfg, err := parseConfig(append(base, "--allow-private-upstreams", "--upstream-ca", caFile), envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("--allow-private-upstreams --upstream-ca FILE: %v", err)
+	}
+	if !cfg.AllowPrivateUpstreams || cfg.UpstreamRoots == nil {
+		t.Errorf("AllowPrivateUpstreams %v, UpstreamRoots %v; want both set", cfg.AllowPrivateUpstreams, cfg.UpstreamRoots)
+	}
+	cfg, err = parseConfig(append(base, "--allow-private-upstreams=false"), envMap(map[string]string{"ALLOW_PRIVATE_UPSTREAMS": "true"}), io.Discard)
+	if err != nil || cfg.AllowPrivateUpstreams {
+		t.Errorf("the flag must win over the variable: %v, %+v", err, cfg)
+	}
+}
+
+// TestUpstreamCAIsLoadedStrictly: serve's in-process proxy loads
+// --upstream-ca as `codeforge proxy` does: a certificate block that does
+// not parse is an error naming it (serve used to skip it silently).
+func TestUpstreamCAIsLoadedStrictly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, err := os.ReadFile(testenv.NewCA(t).WritePEM(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := filepath.Join(dir, "mixed.pem")
+	writeFile(t, mixed, string(good)+"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+	_, err = parseConfig([]string{"--apis-dir", filepath.Join(dir, "apis"), "--skills-dir", filepath.Join(dir, "skills"),
+		"--data-dir", filepath.Join(dir, "data"), "--upstream-ca", mixed}, envMap(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--upstream-ca (UPSTREAM_CA)") || !strings.Contains(err.Error(), "certificate 2") {
+		t.Errorf("serve with a broken second certificate: %v; want an error naming the flag and the block", err)
 	}
 }
