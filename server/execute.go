@@ -19,11 +19,11 @@ import (
 
 // executeOutput is execute_code's structuredContent (see executeOutputSchema).
 type executeOutput struct {
-	ExitCode    int              `json:"exit_code"`
-	DurationMS  int64            `json:"duration_ms"`
-	TimedOut    bool             `json:"timed_out"`
-	OutOfMemory bool             `json:"out_of_memory"`
-	Truncated   bool             `json:"truncated"`
+	ExitCode    int             `json:"exit_code"`
+	DurationMS  int64           `json:"duration_ms"`
+	TimedOut    bool            `json:"timed_out"`
+	OutOfMemory bool            `json:"out_of_memory"`
+	Truncated   bool            `json:"truncated"`
 	Network     []gate.NetEntry `json:"network"`
 }
 
@@ -169,8 +169,9 @@ func (s *Server) netDeniedHint(stderr string, allowed []string) string {
 		m[1], reach)
 }
 
-// runResult turns a run into the tool result DESIGN.md specifies: stdout,
-// labelled stderr, one plain note per condition, structuredContent.
+// runResult turns a run into the tool result the contract specifies
+// (docs/ARCHITECTURE.md, "How a run flows"): stdout, labelled stderr, one
+// plain note per condition, structuredContent.
 func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, network []gate.NetEntry, notes []string) *mcp.CallToolResult {
 	var content []mcp.Content
 	if res.Stdout != "" {

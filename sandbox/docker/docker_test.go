@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/internal/dockertest"
+	"github.com/codeforge/codeforge/sandbox"
 )
 
 // These tests drive the runner against real sandbox containers through a
