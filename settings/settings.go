@@ -1,17 +1,16 @@
 // Package settings reads the settings every CodeForge subcommand shares
 // (YOLO_MODE, USER_AGENT, REDACTING_STRINGS, DEBUG_MODE) from the
-// environment, after an optional .env file has been loaded into it.
+// environment over an optional .env file (Dotenv), registers each
+// command's flags with their environment variables (Flags), and makes the
+// process's logger.
 package settings
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
-
-	"github.com/joho/godotenv"
 )
 
 // Common holds the settings shared by serve and proxy.
@@ -29,21 +28,6 @@ type Common struct {
 
 // Getenv looks up an environment variable; os.LookupEnv fits.
 type Getenv func(string) (string, bool)
-
-// LoadDotenv reads a .env file into the process environment without
-// overriding variables already set. A missing file is not an error.
-func LoadDotenv(path string) error {
-	if path == "" {
-		return nil
-	}
-	if _, err := os.Stat(path); os.IsNotExist(err) {
-		return nil
-	}
-	if err := godotenv.Load(path); err != nil {
-		return fmt.Errorf("load %s: %w", path, err)
-	}
-	return nil
-}
 
 // FromEnv reads the common settings.
 func FromEnv(getenv Getenv) (Common, error) {

@@ -70,7 +70,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if v, ok := os.LookupEnv("CODEFORGE_ENV_FILE"); ok {
 		envFile = v
 	}
-	if err := settings.LoadDotenv(envFile); err != nil {
+	// The process environment over .env, read again when it changes: a
+	// SIGHUP reload sees a secret just added to .env.
+	env, err := settings.NewDotenv(os.LookupEnv, envFile, func(err error) {
+		fmt.Fprintln(stderr, "codeforge:", err)
+	})
+	if err != nil {
 		return err
 	}
 	cmd, ok := commands()[args[0]]
@@ -78,5 +83,5 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "codeforge: unknown command %q\n\n%s", args[0], usage)
 		return errUsage
 	}
-	return cmd(ctx, args[1:], os.LookupEnv, stderr)
+	return cmd(ctx, args[1:], env.Lookup, stderr)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/internal/testenv"
+	"github.com/codeforge/codeforge/settings"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -187,20 +188,35 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 }
 
 // TestCommandReloadsAPIsOnSIGHUP: SIGHUP re-reads the API configs for the
-// server and its in-process proxy; an invalid new set is logged and the
-// old one kept.
+// server and its in-process proxy, with the .env file as it is now (a new
+// API whose secret was just added to .env loads without a restart; it
+// failed with "SECOND_KEY is not set" while .env was read only at start);
+// an invalid new set is logged and the old one kept.
 func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	deno := testenv.Deno(t)
 	dir := t.TempDir()
 	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["first.test"], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
-	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret", "SECOND_KEY": "second-secret"}
+	// As the README's "Adding an API" says: the new API's secret goes in
+	// .env, then SIGHUP; no restart. main hands serve a Dotenv over the
+	// process environment; here the "process environment" is a map.
+	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret"}
+	dotenvPath := filepath.Join(dir, ".env")
+	writeFile(t, dotenvPath, "# secrets\n")
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(dotenvPath, old, old); err != nil {
+		t.Fatal(err)
+	}
+	dotenv, err := settings.NewDotenv(envMap(env), dotenvPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Serve(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
-			"--skills-dir", filepath.Join(dir, "skills")}, envMap(env), &stderr)
+			"--skills-dir", filepath.Join(dir, "skills")}, dotenv.Lookup, &stderr)
 	}()
 	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
 	var url string
@@ -249,6 +265,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 		t.Fatalf("list_apis before reload: %s", text)
 	}
 	writeFile(t, filepath.Join(apisDir, "second", "config.json"), `{"domains": ["second.test"], "credentials": {"SECOND_TOKEN": "${SECOND_KEY}"}}`)
+	writeFile(t, dotenvPath, "# secrets\nSECOND_KEY=second-secret\n")
 	hupAndWait("API configs reloaded", 1)
 	if text := listAPIs(); !strings.Contains(text, "SECOND_TOKEN") {
 		t.Errorf("list_apis after reload lacks the new API: %s", text)
