@@ -106,7 +106,7 @@ func (f *Filter) execCreate(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	up.Header.Set("Content-Type", "application/json")
-	resp, err := f.rt.RoundTrip(up)
+	resp, err := f.engine.RoundTrip(up)
 	if err != nil {
 		f.upstreamError(w, r, err)
 		return
