@@ -259,9 +259,10 @@ func networkSummary(g gate.Gate, yolo bool) string {
 	}
 }
 
-// parseConfig reads flags, each defaulting to its environment variable,
-// then validates and prepares directories. Every error names the flag and
-// variable to fix.
+// parseConfig decodes the flags (each defaulting to its environment
+// variable, settings.Flags) into a config, checks it, then provisions what
+// it names (files, directories, API configs). Every error names the flag
+// and variable to fix.
 func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*config, error) {
 	fl := settings.NewFlags("codeforge serve", getenv, stderr)
 	var (
@@ -350,31 +351,43 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	if cfg.DefaultTimeout > cfg.MaxTimeout {
 		return nil, fmt.Errorf("--default-timeout (DEFAULT_TIMEOUT) %s is over --max-timeout (MAX_TIMEOUT) %s", cfg.DefaultTimeout, cfg.MaxTimeout)
 	}
-	if cfg.Token, err = readToken(tokenFile, getenv); err != nil {
+	if err := cfg.provision(tokenFile, dataDir, skillsDir); err != nil {
 		return nil, err
+	}
+	return cfg, nil
+}
+
+// provision reads the files and makes the directories a checked
+// configuration names: the bearer token, the upstream CA, the data and
+// skills directories, and the API configs (with their secrets on the
+// local backend, token names only on docker).
+func (cfg *config) provision(tokenFile, dataDir, skillsDir string) error {
+	var err error
+	if cfg.Token, err = readToken(tokenFile, cfg.Getenv); err != nil {
+		return err
 	}
 	if cfg.UpstreamCAFile != "" {
 		if cfg.UpstreamRoots, err = ca.LoadUpstreamRoots(cfg.UpstreamCAFile); err != nil {
-			return nil, fmt.Errorf("--upstream-ca (UPSTREAM_CA): %w", err)
+			return fmt.Errorf("--upstream-ca (UPSTREAM_CA): %w", err)
 		}
 	}
 	if cfg.DataDir, err = ensureDir(dataDir, "--data-dir (DATA_DIR)", 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.SkillsDir, err = ensureDir(skillsDir, "--skills-dir (SKILLS_DIR)", 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	// The Docker deployment keeps every secret in the proxy container: its
 	// server reads token names only. The local backend's in-process proxy
 	// needs the values.
-	cfg.loadAPIs = func(dir string) (*apis.Set, error) { return apis.Load(dir, getenv) }
+	cfg.loadAPIs = func(dir string) (*apis.Set, error) { return apis.Load(dir, cfg.Getenv) }
 	if cfg.Backend == "docker" {
 		cfg.loadAPIs = apis.LoadNames
 	}
 	if cfg.APIs, err = cfg.loadAPIs(cfg.APIsDir); err != nil {
-		return nil, fmt.Errorf("API configs in %s (--apis-dir, APIS_DIR):\n%w", cfg.APIsDir, err)
+		return fmt.Errorf("API configs in %s (--apis-dir, APIS_DIR):\n%w", cfg.APIsDir, err)
 	}
-	return cfg, nil
+	return nil
 }
 
 func defaultConcurrency() int {
