@@ -29,6 +29,7 @@ import (
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/proxy/ca"
 	"github.com/codeforge/codeforge/proxy/gate"
+	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/local"
 	"github.com/codeforge/codeforge/server"
@@ -59,6 +60,14 @@ type config struct {
 	DefaultTimeout     time.Duration
 	SessionIdleTimeout time.Duration
 	MemoryMB           int
+
+	// Runs: where run records live and what is kept.
+	RunRetention     time.Duration
+	RunsMaxBytes     int64
+	RunFileMaxBytes  int64
+	RunFilesMaxBytes int64
+	InlineImageBytes int64
+	MaxWait          time.Duration
 
 	AllowPrivateUpstreams bool
 	UpstreamCAFile        string
@@ -113,6 +122,24 @@ func Serve(ctx context.Context, args []string, getenv settings.Getenv, stderr io
 	if err != nil {
 		return fmt.Errorf("skills directory: %w", err)
 	}
+	runMgr, err := runs.Open(runs.Options{
+		Dir:           filepath.Join(cfg.DataDir, "runs"),
+		Retention:     cfg.RunRetention,
+		MaxTotalBytes: cfg.RunsMaxBytes,
+		Files:         runs.FileLimits{MaxFileBytes: cfg.RunFileMaxBytes, MaxRunBytes: cfg.RunFilesMaxBytes},
+		Logger:        cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("runs (--data-dir, DATA_DIR): %w", err)
+	}
+	defer func() {
+		// Runs still in flight are stopped and recorded as interrupted.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		defer cancel()
+		if err := runMgr.Close(cctx); err != nil {
+			log.Warn("close run store", "err", err)
+		}
+	}()
 	var current atomic.Pointer[apis.Set]
 	current.Store(cfg.APIs)
 	srv, err := server.New(server.Options{
@@ -121,6 +148,9 @@ func Serve(ctx context.Context, args []string, getenv settings.Getenv, stderr io
 		APIs:               current.Load,
 		Skills:             store,
 		Settings:           cfg.Settings,
+		Runs:               runMgr,
+		MaxWait:            cfg.MaxWait,
+		InlineImageBytes:   cfg.InlineImageBytes,
 		MaxConcurrent:      cfg.MaxConcurrent,
 		QueueLimit:         cfg.QueueLimit,
 		DefaultTimeout:     cfg.DefaultTimeout,
@@ -269,6 +299,7 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		addr, backend, apisDir, skillsDir, dataDir, allowedHosts, allowedOrigins, tokenFile string
 		maxConcurrent, queueLimit, maxOutput, maxCode, maxTimeout, defTimeout, idleTimeout  string
 		memoryMB, upstreamCA                                                                string
+		runRetention, runsMaxBytes, runFileMax, runFilesMax, inlineImageMax, maxWait        string
 		allowPrivate                                                                        bool
 	)
 	fl.String(&addr, "addr", "CODEFORGE_ADDR", "127.0.0.1:8080", "listen address")
@@ -288,6 +319,12 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	fl.String(&idleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "30m", "close MCP sessions idle this long")
 	fl.String(&memoryMB, "memory-mb", "SANDBOX_MEMORY_MB", "512", "memory limit of each run in MB")
 	fl.Bool(&allowPrivate, "allow-private-upstreams", "ALLOW_PRIVATE_UPSTREAMS", false, "let the proxy reach loopback and private addresses")
+	fl.String(&runRetention, "run-retention", "RUN_RETENTION", "24h", "how long ended runs are kept")
+	fl.String(&runsMaxBytes, "runs-max-bytes", "RUNS_MAX_BYTES", strconv.Itoa(runs.DefaultMaxTotalBytes), "output and files of all kept runs together, in bytes; the oldest go first")
+	fl.String(&runFileMax, "run-file-max-bytes", "RUN_FILE_MAX_BYTES", strconv.Itoa(runs.DefaultMaxFileBytes), "largest file kept from a run's out/")
+	fl.String(&runFilesMax, "run-files-max-bytes", "RUN_FILES_MAX_BYTES", strconv.Itoa(runs.DefaultMaxRunBytes), "most bytes of files kept per run")
+	fl.String(&inlineImageMax, "inline-image-max-bytes", "INLINE_IMAGE_MAX_BYTES", strconv.Itoa(server.DefaultInlineImageBytes), "images up to this size come back inline")
+	fl.String(&maxWait, "max-wait", "MAX_WAIT", "120s", "longest run_wait timeout a call may ask for")
 	fl.String(&upstreamCA, "upstream-ca", "UPSTREAM_CA", "", "PEM file of extra CA certificates the proxy trusts for upstream APIs")
 	if err := fl.Parse(args); err != nil {
 		return nil, err
@@ -333,6 +370,23 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		}
 		*f.dst = n
 	}
+	int64s := []struct {
+		dst       *int64
+		val, name string
+		min       int64
+	}{
+		{&cfg.RunsMaxBytes, runsMaxBytes, "--runs-max-bytes (RUNS_MAX_BYTES)", 1 << 20},
+		{&cfg.RunFileMaxBytes, runFileMax, "--run-file-max-bytes (RUN_FILE_MAX_BYTES)", 1},
+		{&cfg.RunFilesMaxBytes, runFilesMax, "--run-files-max-bytes (RUN_FILES_MAX_BYTES)", 1},
+		{&cfg.InlineImageBytes, inlineImageMax, "--inline-image-max-bytes (INLINE_IMAGE_MAX_BYTES)", 1},
+	}
+	for _, f := range int64s {
+		n, err := strconv.ParseInt(strings.TrimSpace(f.val), 10, 64)
+		if err != nil || n < f.min {
+			return nil, fmt.Errorf("%s is %q: want a whole number of bytes, at least %d", f.name, f.val, f.min)
+		}
+		*f.dst = n
+	}
 	durations := []struct {
 		dst       *time.Duration
 		val, name string
@@ -340,6 +394,8 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		{&cfg.MaxTimeout, maxTimeout, "--max-timeout (MAX_TIMEOUT)"},
 		{&cfg.DefaultTimeout, defTimeout, "--default-timeout (DEFAULT_TIMEOUT)"},
 		{&cfg.SessionIdleTimeout, idleTimeout, "--session-idle-timeout (SESSION_IDLE_TIMEOUT)"},
+		{&cfg.RunRetention, runRetention, "--run-retention (RUN_RETENTION)"},
+		{&cfg.MaxWait, maxWait, "--max-wait (MAX_WAIT)"},
 	}
 	for _, d := range durations {
 		v, err := parseDuration(d.val)
