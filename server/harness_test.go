@@ -169,7 +169,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	)
 	if cfg.fake {
 		backend = &fakerunner.Runner{Environment: sandbox.Environment{
-			Backend: "local", ScratchNote: local.ScratchNote, SkillsDir: skillsDir,
+			Backend: "local", ScratchNote: local.ScratchNote, SkillsDir: skillsDir, OutDir: local.OutDirDescription,
 		}}
 	} else {
 		deno := cfg.denoPath
