@@ -146,6 +146,8 @@ type harnessConfig struct {
 	runsDir string
 	// backend, if set, replaces the local runner (e.g. the Docker one).
 	backend sandbox.Runner
+	// memoryMB replaces testMemoryMB as the runs' memory cap.
+	memoryMB int
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
@@ -167,6 +169,10 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		lr      *local.Runner
 		err     error
 	)
+	memoryMB := testMemoryMB
+	if cfg.memoryMB > 0 {
+		memoryMB = cfg.memoryMB
+	}
 	if cfg.fake {
 		backend = &fakerunner.Runner{Environment: sandbox.Environment{
 			Backend: "local", ScratchNote: local.ScratchNote, SkillsDir: skillsDir, OutDir: local.OutDirDescription,
@@ -180,7 +186,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 			DenoPath:    deno,
 			SkillsDir:   skillsDir,
 			ScratchRoot: t.TempDir(),
-			MemoryMB:    testMemoryMB,
+			MemoryMB:    memoryMB,
 			CACertFile:  cfg.caCert,
 		})
 		if err != nil {
@@ -229,7 +235,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		APIs:          func() *apis.Set { return set },
 		Skills:        store,
 		MaxConcurrent: 2,
-		MemoryMB:      testMemoryMB,
+		MemoryMB:      memoryMB,
 		Logger:        logger,
 	}
 	if cfg.gate != nil {
