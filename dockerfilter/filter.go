@@ -100,7 +100,7 @@ type Options struct {
 type Filter struct {
 	opts    Options
 	log     *slog.Logger
-	rt      *http.Transport
+	engine  *http.Transport
 	docker  *client.Client
 	sandbox *resolver
 	execs   *execRegistry
@@ -166,7 +166,7 @@ func New(opts Options) (*Filter, error) {
 	}
 	log = log.With("component", "dockerfilter")
 
-	rt := &http.Transport{
+	engine := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
@@ -176,14 +176,14 @@ func New(opts Options) (*Filter, error) {
 		ResponseHeaderTimeout: 30 * time.Second,
 		DisableCompression:    true,
 	}
-	docker, err := client.New(client.WithHost(opts.DockerHost), client.WithHTTPClient(&http.Client{Transport: rt}))
+	docker, err := client.New(client.WithHost(opts.DockerHost), client.WithHTTPClient(&http.Client{Transport: engine}))
 	if err != nil {
 		return nil, fmt.Errorf("docker client for %s: %w", opts.DockerHost, err)
 	}
 	f := &Filter{
 		opts:   opts,
 		log:    log,
-		rt:     rt,
+		engine: engine,
 		docker: docker,
 		sandbox: &resolver{
 			docker:   docker,
@@ -198,7 +198,7 @@ func New(opts Options) (*Filter, error) {
 
 // Close releases idle connections to the engine.
 func (f *Filter) Close() error {
-	f.rt.CloseIdleConnections()
+	f.engine.CloseIdleConnections()
 	return f.docker.Close()
 }
 
@@ -376,7 +376,7 @@ func trimForMessage(s string) string {
 // raw two-way stream, half-closes included.
 func (f *Filter) forward(w http.ResponseWriter, r *http.Request, path string, body []byte, header http.Header) {
 	rp := &httputil.ReverseProxy{
-		Transport:    f.rt,
+		Transport:    f.engine,
 		ErrorHandler: f.upstreamError,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: "docker", Path: path}

@@ -363,9 +363,7 @@ func (st *stack) sandboxExec(tb testing.TB, user string, args ...string) (string
 // directories). Needs root on the host, as the e2e tests do anyway.
 func (st *stack) sandboxRoot(tb testing.TB) string {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Fatal("the e2e tests inspect the sandbox's filesystem through /proc/<pid>/root: run them as root")
-	}
+	testenv.Root(tb, "the e2e tests inspect the sandbox's filesystem through /proc/<pid>/root")
 	return "/proc/" + inspect(tb, st.container(tb, "sandbox"), "{{.State.Pid}}") + "/root"
 }
 

@@ -56,7 +56,7 @@ func (p *Proxy) dialContext(ctx context.Context, network, addr string) (net.Conn
 	var lastErr error
 	for _, a := range addrs {
 		a = a.Unmap()
-		if !p.private && !publicAddr(a) {
+		if !p.privateOK && !publicAddr(a) {
 			if refused == nil {
 				refused = &privateDestError{host: host, addr: a}
 			}

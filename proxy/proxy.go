@@ -76,7 +76,7 @@ type Proxy struct {
 	set       settings.Common
 	redact    *rewrite.Replacer // REDACTING_STRINGS -> REDACTED
 	resolve   func(ctx context.Context, host string) ([]netip.Addr, error)
-	private   bool
+	privateOK bool // Options.AllowPrivateUpstreams: private upstreams may be dialled
 	transport *http.Transport
 	dialer    net.Dialer
 	gp        *goproxy.ProxyHttpServer
@@ -128,7 +128,7 @@ func New(opts Options) (*Proxy, error) {
 		set:       opts.Settings,
 		redact:    redact,
 		resolve:   opts.Resolver,
-		private:   opts.AllowPrivateUpstreams,
+		privateOK: opts.AllowPrivateUpstreams,
 		publicURL: opts.PublicURL,
 		runs:      newRegistry(),
 		conns:     map[net.Conn]struct{}{},

@@ -1,17 +1,16 @@
 // Package settings reads the settings every CodeForge subcommand shares
 // (YOLO_MODE, USER_AGENT, REDACTING_STRINGS, DEBUG_MODE and the proxy's
-// per-run caps) from the environment, after an optional .env file has been loaded into it.
+// per-run caps) from the environment over an optional .env file (Dotenv),
+// registers each command's flags with their environment variables
+// (Flags), and makes the process's logger.
 package settings
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
-
-	"github.com/joho/godotenv"
 )
 
 // Common holds the settings shared by serve and proxy.
@@ -36,21 +35,6 @@ type Common struct {
 
 // Getenv looks up an environment variable; os.LookupEnv fits.
 type Getenv func(string) (string, bool)
-
-// LoadDotenv reads a .env file into the process environment without
-// overriding variables already set. A missing file is not an error.
-func LoadDotenv(path string) error {
-	if path == "" {
-		return nil
-	}
-	if _, err := os.Stat(path); os.IsNotExist(err) {
-		return nil
-	}
-	if err := godotenv.Load(path); err != nil {
-		return fmt.Errorf("load %s: %w", path, err)
-	}
-	return nil
-}
 
 // FromEnv reads the common settings.
 func FromEnv(getenv Getenv) (Common, error) {
@@ -103,6 +87,12 @@ func Bool(getenv Getenv, name string) (bool, error) {
 // List splits a comma-separated variable, dropping empty items.
 func List(getenv Getenv, name string) []string {
 	v, _ := getenv(name)
+	return SplitList(v)
+}
+
+// SplitList splits a comma-separated value, trimming items and dropping
+// empty ones.
+func SplitList(v string) []string {
 	var out []string
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {

@@ -2,8 +2,6 @@ package settings
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -55,33 +53,6 @@ func TestFromEnvRejectsBadCounts(t *testing.T) {
 				t.Errorf("%s=%s: err %v; want one naming the variable and the accepted values", name, v, err)
 			}
 		}
-	}
-}
-
-func TestLoadDotenvDoesNotOverride(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, ".env")
-	if err := os.WriteFile(path, []byte("CF_TEST_A=from-file\nCF_TEST_B=from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("CF_TEST_A", "from-env")
-	t.Setenv("CF_TEST_B", "")
-	os.Unsetenv("CF_TEST_B")
-	if err := LoadDotenv(path); err != nil {
-		t.Fatal(err)
-	}
-	if a, b := os.Getenv("CF_TEST_A"), os.Getenv("CF_TEST_B"); a != "from-env" || b != "from-file" {
-		t.Errorf("A=%q B=%q; want the environment to win and the file to fill the gap", a, b)
-	}
-	if err := LoadDotenv(filepath.Join(dir, "missing.env")); err != nil {
-		t.Errorf("missing file: %v; want no error", err)
-	}
-	bad := filepath.Join(dir, "bad.env")
-	if err := os.WriteFile(bad, []byte("A='unterminated\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := LoadDotenv(bad); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Errorf("malformed file: err %v; want one naming the file", err)
 	}
 }
 

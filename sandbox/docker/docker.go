@@ -54,8 +54,8 @@ const (
 	DefaultGrace = 3 * time.Second
 )
 
-// ScratchDirDescription is what Env reports as the scratch directory.
-const ScratchDirDescription = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
+// ScratchNote is what Env says of the scratch directory.
+const ScratchNote = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
 
 const (
 	wrapper = dockerfilter.WrapperName
@@ -93,7 +93,7 @@ type Options struct {
 	// SkillsDir is the skills directory as the code sees it; the wrapper
 	// grants /skills. Default DefaultSkillsDir.
 	SkillsDir string
-	// ScratchHint replaces ScratchDirDescription in Env.
+	// ScratchHint replaces ScratchNote in Env (words, not a path).
 	ScratchHint string
 	// Grace is how long past its timeout a run may go before the runner
 	// kills it from outside. Default DefaultGrace.
@@ -150,7 +150,7 @@ func New(opts Options) (*Runner, error) {
 		opts.Grace = DefaultGrace
 	}
 	if opts.ScratchHint == "" {
-		opts.ScratchHint = ScratchDirDescription
+		opts.ScratchHint = ScratchNote
 	}
 	if p, ok := strings.CutPrefix(opts.DockerHost, "unix://"); !ok || !strings.HasPrefix(p, "/") {
 		return nil, fmt.Errorf("docker sandbox: DockerHost %q: want the socket filter as unix:///path", opts.DockerHost)
@@ -193,7 +193,7 @@ func New(opts Options) (*Runner, error) {
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
-	return sandbox.Environment{Backend: "docker", ScratchDir: r.scratch, SkillsDir: r.skillsDir, OutDir: OutDirDescription}
+	return sandbox.Environment{Backend: "docker", ScratchNote: r.scratch, SkillsDir: r.skillsDir, OutDir: OutDirDescription}
 }
 
 // Close refuses further runs and closes idle connections to the filter.

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
 // These tests drive the runner against real sandbox containers through a
@@ -83,7 +83,7 @@ func TestRunner(t *testing.T) {
 	if err := r.Ready(context.Background()); err != nil {
 		t.Fatalf("Ready: %v", err)
 	}
-	if env := r.Env(); env.Backend != "docker" || env.SkillsDir != "/skills" || !strings.Contains(env.ScratchDir, "Deno.cwd()") {
+	if env := r.Env(); env.Backend != "docker" || env.SkillsDir != "/skills" || !strings.Contains(env.ScratchNote, "Deno.cwd()") {
 		t.Errorf("Env() = %+v", env)
 	}
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
 // wrapperExec runs codeforge-run in the sandbox as the sandbox user

@@ -29,7 +29,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
@@ -43,10 +42,10 @@ const (
 	DefaultMaxOutput     = 1 << 20
 )
 
-// ScratchDirDescription is what Env reports as the scratch directory: each
+// ScratchNote is what Env says of the scratch directory: each
 // run gets a fresh directory as its working directory, so code reaches it
 // with relative paths or Deno.cwd().
-const ScratchDirDescription = "the current working directory (Deno.cwd()), a fresh directory per run"
+const ScratchNote = "the current working directory (Deno.cwd()), a fresh directory per run"
 
 // OutDirDescription is what Env reports as the directory of files kept
 // with the run.
@@ -195,10 +194,10 @@ func New(opts Options) (*Runner, error) {
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
 	return sandbox.Environment{
-		Backend:    "local",
-		ScratchDir: ScratchDirDescription,
-		SkillsDir:  r.skillsDir,
-		OutDir:     OutDirDescription,
+		Backend:     "local",
+		ScratchNote: ScratchNote,
+		SkillsDir:   r.skillsDir,
+		OutDir:      OutDirDescription,
 	}
 }
 
@@ -295,7 +294,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	// killed with the server if the server dies first (Pdeathsig follows
 	// the forking OS thread, which Go keeps alive unless a goroutine exits
 	// while locked to it; nothing in the server does that).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = runProcAttr()
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
 		killed.Store(true)
@@ -475,27 +474,6 @@ func BareCommand(ctx context.Context, denoPath, dir, code string) *exec.Cmd {
 	cmd.Env = baseEnv(dir, filepath.Join(dir, "deno-dir"))
 	cmd.Stdin = strings.NewReader(code)
 	return cmd
-}
-
-// limitData caps the data size (RLIMIT_DATA: heap, anonymous and other
-// private writable mappings) of process pid at limit bytes, or at its
-// current hard limit if that is lower.
-func limitData(pid int, limit uint64) error {
-	var cur syscall.Rlimit
-	if err := prlimit(pid, syscall.RLIMIT_DATA, nil, &cur); err != nil {
-		return err
-	}
-	limit = min(limit, cur.Max)
-	return prlimit(pid, syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: limit}, nil)
-}
-
-func prlimit(pid, resource int, newLimit, old *syscall.Rlimit) error {
-	_, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(resource),
-		uintptr(unsafe.Pointer(newLimit)), uintptr(unsafe.Pointer(old)), 0, 0)
-	if errno != 0 {
-		return fmt.Errorf("prlimit: %w", errno)
-	}
-	return nil
 }
 
 // killGroup sends SIGKILL to the process group led by pid.

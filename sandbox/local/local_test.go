@@ -757,7 +757,7 @@ func TestEnvAndReady(t *testing.T) {
 	}
 	r := newRunner(t, func(o *Options) { o.SkillsDir = link })
 	env := r.Env()
-	want := sandbox.Environment{Backend: "local", ScratchDir: ScratchDirDescription, SkillsDir: skills, OutDir: OutDirDescription}
+	want := sandbox.Environment{Backend: "local", ScratchNote: ScratchNote, SkillsDir: skills, OutDir: OutDirDescription}
 	if env != want {
 		t.Errorf("Env() = %+v, want %+v", env, want)
 	}

@@ -1,4 +1,4 @@
-package server
+package app
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/codeforge/codeforge/dockerfilter"
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/docker"
 )
@@ -43,7 +44,7 @@ const (
 // the proxy's token file may not exist yet when the server starts, so the
 // gate reads it when first needed, and /health (Ready) stays "starting"
 // until the proxy answers and the sandbox passes its check.
-func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy.Gate, error) {
+func buildDockerBackend(cfg *config) (sandbox.Runner, gate.Gate, error) {
 	get := func(name string) string {
 		v, _ := cfg.Getenv(name)
 		return strings.TrimSpace(v)
@@ -91,11 +92,11 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 	if err != nil {
 		return nil, nil, err
 	}
-	gate := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
+	cg := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
 	if transparent {
 		cfg.Logger.With("component", "serve").Info("proxy in transparent mode: runs get no proxy settings; their network logs are the proxy's, not per run")
 	}
-	return &dockerRunner{Runner: runner, gate: gate}, gate, nil
+	return &dockerRunner{Runner: runner, gate: cg}, cg, nil
 }
 
 // transparentProbeAddr is where a run's connection reaches a transparent
@@ -130,7 +131,9 @@ func probeAddr(sandboxProxyURL string, transparent bool) string {
 
 // controlGate is the proxy's control API as a Gate, connected on first
 // use: the proxy writes its token file when it starts, which may be after
-// the server.
+// the server. The token file is read again at every use, so a token the
+// proxy made anew (its file deleted and recreated) is picked up without a
+// restart of the server.
 type controlGate struct {
 	controlURL, sandboxProxyURL string
 	token, tokenFile            string
@@ -138,16 +141,13 @@ type controlGate struct {
 	// out no per-run identities (SANDBOX_PROXY_URL=none).
 	transparent bool
 
-	mu     sync.Mutex
-	client *proxy.ControlClient
+	mu sync.Mutex
+	// client is the client for clientToken, the token last read.
+	client      *proxy.ControlClient
+	clientToken string
 }
 
 func (g *controlGate) connect() (*proxy.ControlClient, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.client != nil {
-		return g.client, nil
-	}
 	token := g.token
 	if token == "" {
 		b, err := os.ReadFile(g.tokenFile)
@@ -162,11 +162,16 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 			return nil, fmt.Errorf("control token file %s (%s) is empty or too short: the proxy may still be writing it", g.tokenFile, envControlTokenFile)
 		}
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client != nil && g.clientToken == token {
+		return g.client, nil
+	}
 	c, err := proxy.NewControlClient(g.controlURL, token, g.sandboxProxyURL, nil)
 	if err != nil {
 		return nil, err
 	}
-	g.client = c
+	g.client, g.clientToken = c, token
 	return c, nil
 }
 
@@ -174,7 +179,7 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 // give: the run gets no proxy settings (its traffic reaches the proxy
 // anyway) and an empty network log; the apis argument still narrows Deno's
 // own network permissions, while the proxy allows every active API.
-func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, error) {
+func (g *controlGate) Open(ctx context.Context, spec gate.RunSpec) (gate.Run, error) {
 	if g.transparent {
 		return transparentRun{}, nil
 	}
@@ -186,7 +191,7 @@ func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, 
 }
 
 // SharedLog reports a transparent proxy, whose runs have no network log
-// of their own (proxy.SharedLogGate).
+// of their own (gate.SharedLogGate).
 func (g *controlGate) SharedLog() bool { return g.transparent }
 
 // transparentRun is a run through a transparent proxy: no proxy URL, no
@@ -195,7 +200,7 @@ type transparentRun struct{}
 
 func (transparentRun) ProxyURL() string { return "" }
 
-func (transparentRun) Finish(context.Context) ([]proxy.NetEntry, error) { return nil, nil }
+func (transparentRun) Finish(context.Context) ([]gate.NetEntry, error) { return nil, nil }
 
 // dockerRunner is the docker runner whose readiness also needs the proxy:
 // a run without it would fail its first request.
