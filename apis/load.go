@@ -29,8 +29,8 @@ import (
 //   - any other directory: an error (a misnamed config file is the usual cause).
 //   - plain files and names starting with "." are ignored.
 //
-// getenv resolves "${NAME}" credential values (os.LookupEnv fits, after
-// settings.LoadDotenv).
+// getenv resolves "${NAME}" credential values (os.LookupEnv fits, or a
+// settings.Dotenv's Lookup, which main passes).
 func Load(dir string, getenv settings.Getenv) (*Set, error) {
 	if getenv == nil {
 		return nil, errors.New("apis.Load: nil getenv; use LoadNames to load without secrets")

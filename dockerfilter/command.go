@@ -2,8 +2,6 @@ package dockerfilter
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -28,58 +26,60 @@ const (
 
 // Command runs the socket filter until ctx ends: `codeforge dockerfilter`.
 func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error {
-	fl := flag.NewFlagSet("dockerfilter", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	listen := fl.String("listen", "/run/codeforge-filter/docker.sock", "where to listen: a unix socket path (unix:///path or /path), or 127.0.0.1:PORT for tests")
-	dockerHost := fl.String("docker-host", DefaultDockerHost, "the real Docker engine socket (unix:///path)")
-	service := fl.String("sandbox-service", DefaultSandboxService, "compose service name of the sandbox; also the name clients use for it")
-	container := fl.String("sandbox-container", "", "sandbox container name or ID (turns compose discovery off)")
-	runUser := fl.String("run-user", DefaultRunUser, "uid:gid every exec runs as (never 0)")
-	wrapper := fl.String("wrapper", DefaultWrapper, "absolute path of codeforge-run in the sandbox image")
-	mode := fl.String("socket-mode", fmt.Sprintf("%04o", DefaultSocketMode), "file mode of the listening unix socket (octal)")
-	owner := fl.String("socket-owner", DefaultSocketOwner, `uid:gid the listening unix socket is given to ("" keeps the filter's own)`)
-	fl.Usage = func() {
+	fl := settings.NewFlags("codeforge dockerfilter", getenv, stderr)
+	var listen, dockerHost, service, container, runUser, wrapper, mode, owner string
+	var heal bool
+	fl.String(&listen, "listen", "", "/run/codeforge-filter/docker.sock", "where to listen: a unix socket path (unix:///path or /path), or 127.0.0.1:PORT for tests")
+	fl.String(&dockerHost, "docker-host", "", DefaultDockerHost, "the real Docker engine socket (unix:///path)")
+	fl.String(&service, "sandbox-service", "", DefaultSandboxService, "compose service name of the sandbox; also the name clients use for it")
+	fl.String(&container, "sandbox-container", "", "", "sandbox container name or ID (turns compose discovery off)")
+	fl.String(&runUser, "run-user", "", DefaultRunUser, "uid:gid every exec runs as (never 0)")
+	fl.String(&wrapper, "wrapper", "", DefaultWrapper, "absolute path of codeforge-run in the sandbox image")
+	fl.String(&mode, "socket-mode", "", fmt.Sprintf("%04o", DefaultSocketMode), "file mode of the listening unix socket (octal)")
+	fl.String(&owner, "socket-owner", "", DefaultSocketOwner, `uid:gid the listening unix socket is given to ("" keeps the filter's own)`)
+	fl.Bool(&heal, "heal", "", true, "restart containers of the filter's compose project left in a restarted container's old network namespace (compose discovery only; see heal.go)")
+	fl.FlagSet().Usage = func() {
 		fmt.Fprintf(stderr, "usage: codeforge dockerfilter [flags]\n\n"+
 			"Serves a filtered Docker API on --listen that allows only running code in\n"+
 			"the sandbox container (exec create/start/inspect) and /_ping, /version.\n\n")
-		fl.PrintDefaults()
+		fl.FlagSet().PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
-	}
-	if fl.NArg() > 0 {
-		return fmt.Errorf("dockerfilter: unexpected arguments %q", fl.Args())
 	}
 	common, err := settings.FromEnv(getenv)
 	if err != nil {
 		return fmt.Errorf("dockerfilter: %w", err)
 	}
-	socketMode, err := strconv.ParseUint(*mode, 8, 32)
+	socketMode, err := strconv.ParseUint(mode, 8, 32)
 	if err != nil || socketMode > 0o777 {
-		return fmt.Errorf("dockerfilter: --socket-mode %q: want an octal file mode such as 0660", *mode)
+		return fmt.Errorf("dockerfilter: --socket-mode %q: want an octal file mode such as 0660", mode)
 	}
 	log := settings.NewLogger(stderr, common.Debug)
 	f, err := New(Options{
-		DockerHost:       *dockerHost,
-		SandboxService:   *service,
-		SandboxContainer: *container,
-		RunUser:          *runUser,
-		Wrapper:          *wrapper,
+		DockerHost:       dockerHost,
+		SandboxService:   service,
+		SandboxContainer: container,
+		RunUser:          runUser,
+		Wrapper:          wrapper,
 		Logger:           log,
 	})
 	if err != nil {
 		return fmt.Errorf("dockerfilter: %w", err)
 	}
 	defer f.Close()
-	ln, err := Listen(*listen, fs.FileMode(socketMode), *owner)
+	ln, err := Listen(listen, fs.FileMode(socketMode), owner)
 	if err != nil {
 		return fmt.Errorf("dockerfilter: %w", err)
 	}
-	log.Info("listening", "component", "dockerfilter", "addr", ln.Addr().String(), "docker_host", *dockerHost,
-		"sandbox_service", *service, "sandbox_container", *container, "run_user", *runUser)
+	log.Info("listening", "component", "dockerfilter", "addr", ln.Addr().String(), "docker_host", dockerHost,
+		"sandbox_service", service, "sandbox_container", container, "run_user", runUser, "heal", heal && container == "")
+	if heal && container == "" {
+		healCtx, stopHeal := context.WithCancel(ctx)
+		healed := make(chan struct{})
+		go func() { defer close(healed); f.Heal(healCtx, DefaultHealInterval) }()
+		defer func() { stopHeal(); <-healed }()
+	}
 	return f.Serve(ctx, ln)
 }
 

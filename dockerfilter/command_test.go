@@ -135,7 +135,7 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"--socket-owner", "sandbox"}, "socket owner"},
 		{[]string{"--wrapper", "codeforge-run"}, "wrapper"},
 		{[]string{"--sandbox-service", "a/b"}, "sandbox service"},
-		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		args := append([]string{"--listen", filepath.Join(dir, "s.sock")}, tc.args...)
 		var stderr bytes.Buffer

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/codeforge/codeforge/internal/strictjson"
 	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
@@ -79,7 +80,7 @@ func (f *Filter) execCreate(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	up.Header.Set("Content-Type", "application/json")
-	resp, err := f.rt.RoundTrip(up)
+	resp, err := f.engine.RoundTrip(up)
 	if err != nil {
 		f.upstreamError(w, r, err)
 		return
@@ -256,6 +257,11 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--check"}
+	case checkWithProbe(cmd):
+		if len(env) > 0 {
+			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
+		}
+		out.Cmd = []string{f.opts.Wrapper, "--check", cmd[2]}
 	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--kill" && runpolicy.CheckRunID(cmd[2]) == nil:
 		if len(env) > 0 {
 			return nil, deny("exec create refused: %s --kill takes no Env", WrapperName)
@@ -267,8 +273,8 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--collect", cmd[2]}
 	default:
-		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--warm\"], [%q, \"--check\"], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
-			WrapperName, WrapperName, WrapperName, WrapperName, WrapperName)
+		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--warm\"], [%q, \"--check\"], [%q, \"--check\", IPV4:PORT], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
+			WrapperName, WrapperName, WrapperName, WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
 }
@@ -292,42 +298,29 @@ func checkRunEnv(env []string) ([]string, *denial) {
 
 // decodeObject decodes a JSON object whose keys must be among allowed,
 // exactly as written there (encoding/json would match keys in any case)
-// and at most once each. Trailing data is refused.
+// and at most once each. Trailing data is refused (internal/strictjson).
 func decodeObject(body []byte, allowed []string) (map[string]json.RawMessage, *denial) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	fields, err := strictjson.Object(body, allowed)
+	var unknown *strictjson.UnknownFieldError
+	var dup *strictjson.DuplicateFieldError
+	var syntax *strictjson.SyntaxError
+	switch {
+	case err == nil:
+		return fields, nil
+	case errors.As(err, &unknown):
+		return nil, deny("request body refused: unknown field %q (allowed: %s)", trimForMessage(unknown.Field), strings.Join(allowed, ", "))
+	case errors.As(err, &dup):
+		return nil, deny("request body refused: field %q given twice", dup.Field)
+	case errors.As(err, &syntax):
+		return nil, deny("request body refused: %v", syntax)
+	case errors.Is(err, strictjson.ErrTrailing):
+		return nil, deny("request body refused: data after the JSON object")
+	default:
 		return nil, deny("request body refused: not a JSON object")
 	}
-	fields := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, deny("request body refused: invalid JSON: %v", err)
-		}
-		key, _ := tok.(string)
-		if !slices.Contains(allowed, key) {
-			return nil, deny("request body refused: unknown field %q (allowed: %s)", trimForMessage(key), strings.Join(allowed, ", "))
-		}
-		if _, dup := fields[key]; dup {
-			return nil, deny("request body refused: field %q given twice", key)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, deny("request body refused: invalid JSON value for %q: %v", key, err)
-		}
-		fields[key] = raw
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, deny("request body refused: invalid JSON object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, deny("request body refused: data after the JSON object")
-	}
-	return fields, nil
 }
 
-func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+func isNull(raw json.RawMessage) bool { return strictjson.IsNull(raw) }
 
 // decodeBool accepts only the JSON literals true and false.
 func decodeBool(key string, raw json.RawMessage) (bool, *denial) {

@@ -20,6 +20,12 @@
 // engine (deny by default, fail closed). Paths are checked on the raw
 // request URI: percent-encoding, "..", ".", "//", trailing slashes, query
 // strings and method-override headers are all refused.
+//
+// Besides filtering, the filter heals its own compose project (Heal, run
+// by the dockerfilter command): a container left in the network namespace
+// of a container that has since restarted — the sandbox after a netguard
+// crash — is restarted into the new one once that namespace is locked
+// down. Clients cannot ask for this; it adds nothing to what they may do.
 package dockerfilter
 
 import (
@@ -98,7 +104,7 @@ type Options struct {
 type Filter struct {
 	opts    Options
 	log     *slog.Logger
-	rt      *http.Transport
+	engine  *http.Transport
 	docker  *client.Client
 	sandbox *resolver
 	execs   *execRegistry
@@ -164,7 +170,7 @@ func New(opts Options) (*Filter, error) {
 	}
 	log = log.With("component", "dockerfilter")
 
-	rt := &http.Transport{
+	engine := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
@@ -174,14 +180,14 @@ func New(opts Options) (*Filter, error) {
 		ResponseHeaderTimeout: 30 * time.Second,
 		DisableCompression:    true,
 	}
-	docker, err := client.New(client.WithHost(opts.DockerHost), client.WithHTTPClient(&http.Client{Transport: rt}))
+	docker, err := client.New(client.WithHost(opts.DockerHost), client.WithHTTPClient(&http.Client{Transport: engine}))
 	if err != nil {
 		return nil, fmt.Errorf("docker client for %s: %w", opts.DockerHost, err)
 	}
 	f := &Filter{
 		opts:   opts,
 		log:    log,
-		rt:     rt,
+		engine: engine,
 		docker: docker,
 		sandbox: &resolver{
 			docker:   docker,
@@ -196,7 +202,7 @@ func New(opts Options) (*Filter, error) {
 
 // Close releases idle connections to the engine.
 func (f *Filter) Close() error {
-	f.rt.CloseIdleConnections()
+	f.engine.CloseIdleConnections()
 	return f.docker.Close()
 }
 
@@ -374,7 +380,7 @@ func trimForMessage(s string) string {
 // raw two-way stream, half-closes included.
 func (f *Filter) forward(w http.ResponseWriter, r *http.Request, path string, body []byte, header http.Header) {
 	rp := &httputil.ReverseProxy{
-		Transport:    f.rt,
+		Transport:    f.engine,
 		ErrorHandler: f.upstreamError,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: "docker", Path: path}

@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -36,9 +34,13 @@ type config struct {
 	listen, mode, apisDir, caDir, caCertOut, upstreamCA string
 	allowPrivate                                        bool
 	controlListen, controlTokenFile                     string
-	tInterface, tSource                                 string
-	tDNS                                                []string
-	tUID, tGID                                          int
+	// Router mode (nat PREROUTING): redirect only traffic arriving on this
+	// interface / from this IPv4 CIDR.
+	transparentInterface, transparentSource string
+	// Local mode (nat OUTPUT, -m owner): the sandbox user whose traffic is
+	// redirected and locked down, and the DNS resolvers it may still ask.
+	transparentUID, transparentGID int
+	transparentDNS                 []string
 	// runAs is the uid:gid to drop to once the transparent rules are in
 	// (runAsSet says whether it was given).
 	runAsUID, runAsGID int
@@ -58,44 +60,30 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 }
 
 func parseFlags(args []string, getenv settings.Getenv, stderr io.Writer) (*config, error) {
-	env := func(name, def string) string {
-		if v, ok := getenv(name); ok && strings.TrimSpace(v) != "" {
-			return strings.TrimSpace(v)
-		}
-		return def
-	}
 	common, err := settings.FromEnv(getenv)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	allowPrivate, err := settings.Bool(getenv, "ALLOW_PRIVATE_UPSTREAMS")
-	if err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
-	}
 	cfg := &config{common: common}
-	fs := flag.NewFlagSet("codeforge proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.listen, "listen", env("PROXY_LISTEN", "127.0.0.1:3128"), "proxy listen address (PROXY_LISTEN)")
-	fs.StringVar(&cfg.mode, "mode", env("PROXY_MODE", "explicit"), "explicit (HTTP(S)_PROXY clients) or transparent (iptables redirect) (PROXY_MODE)")
-	fs.StringVar(&cfg.apisDir, "apis-dir", env("APIS_DIR", "./apis"), "directory of API configs (APIS_DIR)")
-	fs.StringVar(&cfg.caDir, "ca-dir", env("CA_DIR", "./data/ca"), "directory of the proxy CA, created on first start (CA_DIR)")
-	fs.StringVar(&cfg.caCertOut, "ca-cert-out", env("CA_CERT_OUT", ""), "also publish the CA certificate here, e.g. in the sandbox's volume (CA_CERT_OUT)")
-	fs.StringVar(&cfg.upstreamCA, "upstream-ca", env("UPSTREAM_CA", ""), "PEM file of extra CAs trusted for upstream servers, added to the system roots (UPSTREAM_CA)")
-	fs.BoolVar(&cfg.allowPrivate, "allow-private-upstreams", allowPrivate, "allow loopback/private/link-local destinations (ALLOW_PRIVATE_UPSTREAMS)")
-	fs.StringVar(&cfg.controlListen, "control-listen", env("PROXY_CONTROL_LISTEN", ""), "control API listen address, e.g. :3129; empty disables it (PROXY_CONTROL_LISTEN)")
-	fs.StringVar(&cfg.controlTokenFile, "control-token-file", env("PROXY_CONTROL_TOKEN_FILE", ""), "control API bearer token file, created (0600) when missing (PROXY_CONTROL_TOKEN_FILE)")
-	fs.StringVar(&cfg.tInterface, "transparent-interface", env("PROXY_TRANSPARENT_INTERFACE", ""), "transparent mode: redirect only traffic arriving on this interface (PROXY_TRANSPARENT_INTERFACE)")
-	fs.StringVar(&cfg.tSource, "transparent-source", env("PROXY_TRANSPARENT_SOURCE", ""), "transparent mode: redirect only traffic from this IPv4 CIDR (PROXY_TRANSPARENT_SOURCE)")
+	fl := settings.NewFlags("codeforge proxy", getenv, stderr)
+	fl.String(&cfg.listen, "listen", "PROXY_LISTEN", "127.0.0.1:3128", "proxy listen address")
+	fl.String(&cfg.mode, "mode", "PROXY_MODE", "explicit", "explicit (HTTP(S)_PROXY clients) or transparent (iptables redirect)")
+	fl.String(&cfg.apisDir, "apis-dir", "APIS_DIR", "./apis", "directory of API configs")
+	fl.String(&cfg.caDir, "ca-dir", "CA_DIR", "./data/ca", "directory of the proxy CA, created on first start")
+	fl.String(&cfg.caCertOut, "ca-cert-out", "CA_CERT_OUT", "", "also publish the CA certificate here, e.g. in the sandbox's volume")
+	fl.String(&cfg.upstreamCA, "upstream-ca", "UPSTREAM_CA", "", "PEM file of extra CAs trusted for upstream servers, added to the system roots")
+	fl.Bool(&cfg.allowPrivate, "allow-private-upstreams", "ALLOW_PRIVATE_UPSTREAMS", false, "allow loopback/private/link-local destinations")
+	fl.String(&cfg.controlListen, "control-listen", "PROXY_CONTROL_LISTEN", "", "control API listen address, e.g. :3129; empty disables it")
+	fl.String(&cfg.controlTokenFile, "control-token-file", "PROXY_CONTROL_TOKEN_FILE", "", "control API bearer token file, created (0600) when missing")
+	fl.String(&cfg.transparentInterface, "transparent-interface", "PROXY_TRANSPARENT_INTERFACE", "", "transparent mode: redirect only traffic arriving on this interface")
+	fl.String(&cfg.transparentSource, "transparent-source", "PROXY_TRANSPARENT_SOURCE", "", "transparent mode: redirect only traffic from this IPv4 CIDR")
 	var tUID, tGID, tDNS, runAs string
-	fs.StringVar(&tUID, "transparent-uid", env("PROXY_TRANSPARENT_UID", ""), "transparent mode for a sandbox user in the proxy's own network namespace: redirect this uid's HTTP(S) connections and lock it out of everything else (PROXY_TRANSPARENT_UID)")
-	fs.StringVar(&tGID, "transparent-gid", env("PROXY_TRANSPARENT_GID", ""), "with --transparent-uid: only processes that also have this gid (PROXY_TRANSPARENT_GID)")
-	fs.StringVar(&tDNS, "transparent-dns", env("PROXY_TRANSPARENT_DNS", ""), "with --transparent-uid: IPv4 DNS resolvers that user may still query, comma-separated, e.g. 127.0.0.11 (PROXY_TRANSPARENT_DNS)")
-	fs.StringVar(&runAs, "run-as", env("PROXY_RUN_AS", ""), "transparent mode: start as root, install the rules, then run as this uid:gid with no capabilities (PROXY_RUN_AS)")
-	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("proxy: unexpected arguments %q; all settings are flags (see -h)", fs.Args())
+	fl.String(&tUID, "transparent-uid", "PROXY_TRANSPARENT_UID", "", "transparent mode for a sandbox user in the proxy's own network namespace: redirect this uid's HTTP(S) connections and lock it out of everything else")
+	fl.String(&tGID, "transparent-gid", "PROXY_TRANSPARENT_GID", "", "with --transparent-uid: only processes that also have this gid")
+	fl.String(&tDNS, "transparent-dns", "PROXY_TRANSPARENT_DNS", "", "with --transparent-uid: IPv4 DNS resolvers that user may still query, comma-separated, e.g. 127.0.0.11")
+	fl.String(&runAs, "run-as", "PROXY_RUN_AS", "", "transparent mode: start as root, install the rules, then run as this uid:gid with no capabilities")
+	if err := fl.Parse(args); err != nil {
+		return nil, err
 	}
 	if cfg.mode != "explicit" && cfg.mode != "transparent" {
 		return nil, fmt.Errorf("proxy: --mode %q: want explicit or transparent", cfg.mode)
@@ -122,16 +110,16 @@ func (cfg *config) parseTransparent(uid, gid, dns, runAs string) error {
 		return n, nil
 	}
 	var err error
-	if cfg.tUID, err = id("transparent-uid", uid); err != nil {
+	if cfg.transparentUID, err = id("transparent-uid", uid); err != nil {
 		return err
 	}
-	if cfg.tGID, err = id("transparent-gid", gid); err != nil {
+	if cfg.transparentGID, err = id("transparent-gid", gid); err != nil {
 		return err
 	}
 	if dns != "" {
-		cfg.tDNS = strings.Split(dns, ",")
-		for i := range cfg.tDNS {
-			cfg.tDNS[i] = strings.TrimSpace(cfg.tDNS[i])
+		cfg.transparentDNS = strings.Split(dns, ",")
+		for i := range cfg.transparentDNS {
+			cfg.transparentDNS[i] = strings.TrimSpace(cfg.transparentDNS[i])
 		}
 	}
 	if runAs != "" {
@@ -147,7 +135,7 @@ func (cfg *config) parseTransparent(uid, gid, dns, runAs string) error {
 	}
 	if cfg.mode != "transparent" {
 		for flag, v := range map[string]string{"transparent-uid": uid, "transparent-gid": gid, "transparent-dns": dns, "run-as": runAs,
-			"transparent-interface": cfg.tInterface, "transparent-source": cfg.tSource} {
+			"transparent-interface": cfg.transparentInterface, "transparent-source": cfg.transparentSource} {
 			if v != "" {
 				return fmt.Errorf("proxy: --%s applies to --mode transparent only (the mode is %s)", flag, cfg.mode)
 			}
@@ -159,27 +147,41 @@ func (cfg *config) parseTransparent(uid, gid, dns, runAs string) error {
 // transparentRules are the iptables rules of transparent mode for a
 // listener on port.
 func (cfg *config) transparentRules(port int) transparent.Rules {
-	return transparent.Rules{ProxyPort: port, InInterface: cfg.tInterface, SourceCIDR: cfg.tSource,
-		UIDOwner: cfg.tUID, GIDOwner: cfg.tGID, AllowDNS: cfg.tDNS}
+	return transparent.Rules{ProxyPort: port, InInterface: cfg.transparentInterface, SourceCIDR: cfg.transparentSource,
+		UIDOwner: cfg.transparentUID, GIDOwner: cfg.transparentGID, AllowDNS: cfg.transparentDNS}
 }
 
 // checkNotOwner refuses a local-mode setup in which the proxy itself
 // would match the sandbox user's rules: its upstream connections would be
 // redirected to itself and the rest locked out.
 func (cfg *config) checkNotOwner() error {
-	if cfg.tUID == 0 {
+	if cfg.transparentUID == 0 {
 		return nil
 	}
 	uid, gid := os.Geteuid(), os.Getegid()
 	if cfg.runAsSet {
 		uid, gid = cfg.runAsUID, cfg.runAsGID
 	}
-	if uid == cfg.tUID && (cfg.tGID == 0 || gid == cfg.tGID) {
-		return fmt.Errorf("proxy: the proxy would run as %d:%d, which --transparent-uid %d / --transparent-gid %d lock down: "+
-			"its own upstream connections would loop back to it; run it as another user or group (e.g. --run-as %d:%d)",
-			uid, gid, cfg.tUID, cfg.tGID, cfg.tUID, cfg.tUID+1)
+	if !cfg.locksDown(uid, gid) {
+		return nil
 	}
-	return nil
+	// Suggest a user the rules really leave free: without
+	// --transparent-gid every process of the uid is locked down, whatever
+	// its group, so only another uid helps; with it, another group does.
+	hint := fmt.Sprintf("run it as another user (e.g. --run-as %d:%d), or also set --transparent-gid and run it in another group",
+		cfg.transparentUID+1, max(gid, 1))
+	if cfg.transparentGID > 0 {
+		hint = fmt.Sprintf("run it as another user or group (e.g. --run-as %d:%d)", cfg.transparentUID, cfg.transparentGID+1)
+	}
+	return fmt.Errorf("proxy: the proxy would run as %d:%d, which --transparent-uid %d / --transparent-gid %d lock down: "+
+		"its own upstream connections would loop back to it; %s",
+		uid, gid, cfg.transparentUID, cfg.transparentGID, hint)
+}
+
+// locksDown reports whether the local-mode rules match a process running
+// as uid:gid.
+func (cfg *config) locksDown(uid, gid int) bool {
+	return cfg.transparentUID > 0 && uid == cfg.transparentUID && (cfg.transparentGID == 0 || gid == cfg.transparentGID)
 }
 
 // startTransparent opens the proxy's listener and, in transparent mode,
@@ -310,7 +312,7 @@ func runCommand(ctx context.Context, cfg *config, getenv settings.Getenv, logger
 			l.Close()
 			return fmt.Errorf("proxy: control listen %s: %w", cfg.controlListen, err)
 		}
-		control = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		control = newControlServer(h, log)
 		log.Info("control listening", "addr", cl.Addr().String())
 		go func() {
 			if err := control.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -373,38 +375,15 @@ loop:
 	return runErr
 }
 
-// upstreamRoots is the system pool plus every certificate in file.
+// upstreamRoots is the system pool plus every certificate in file (nil:
+// the system roots), loaded as serve loads it (ca.LoadUpstreamRoots).
 func upstreamRoots(file string) (*x509.CertPool, error) {
 	if file == "" {
-		return nil, nil // the system roots
+		return nil, nil
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	data, err := os.ReadFile(file)
+	pool, err := ca.LoadUpstreamRoots(file)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: --upstream-ca: %w", err)
-	}
-	n := 0
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: --upstream-ca %s: certificate %d: %w", file, n+1, err)
-		}
-		pool.AddCert(cert)
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("proxy: --upstream-ca %s: no PEM certificates found; want one or more -----BEGIN CERTIFICATE----- blocks", file)
+		return nil, fmt.Errorf("proxy: --upstream-ca (UPSTREAM_CA): %w", err)
 	}
 	return pool, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -192,7 +193,7 @@ func TestCommandFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--mode", "sideways"}, none, `--mode "sideways"`},
 		{[]string{}, env("PROXY_MODE", "sideways"), `--mode "sideways"`},
-		{[]string{"extra"}, none, "unexpected arguments"},
+		{[]string{"extra"}, none, `unexpected argument "extra"`},
 		{[]string{"--control-listen", ":0"}, none, "--control-token-file"},
 		{[]string{"--no-such-flag"}, none, "no-such-flag"},
 		{[]string{}, env("YOLO_MODE", "maybe"), "YOLO_MODE"},
@@ -232,6 +233,32 @@ func TestCommandFlagErrors(t *testing.T) {
 		err := Command(context.Background(), tc.args, none, &syncBuffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want it to mention %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestOwnershipHintIsAccepted: when the proxy would run as the very user
+// the local-mode rules lock down, the error suggests a --run-as value, and
+// that value must be one the check then accepts (it once suggested
+// UID:UID+1, which --transparent-uid alone still locks down).
+func TestOwnershipHintIsAccepted(t *testing.T) {
+	t.Parallel()
+	hintRE := regexp.MustCompile(`--run-as (\d+):(\d+)`)
+	for _, gid := range []int{0, 10001} {
+		cfg := &config{mode: "transparent", transparentUID: 10001, transparentGID: gid, runAsUID: 10001, runAsGID: 10001, runAsSet: true}
+		err := cfg.checkNotOwner()
+		if err == nil {
+			t.Fatalf("gid %d: running as the locked-down user was accepted", gid)
+		}
+		m := hintRE.FindStringSubmatch(err.Error())
+		if m == nil {
+			t.Fatalf("gid %d: the error suggests no --run-as value: %v", gid, err)
+		}
+		fixed := *cfg
+		fixed.runAsUID, _ = strconv.Atoi(m[1])
+		fixed.runAsGID, _ = strconv.Atoi(m[2])
+		if err := fixed.checkNotOwner(); err != nil {
+			t.Errorf("gid %d: the suggested --run-as %s:%s is refused too: %v", gid, m[1], m[2], err)
 		}
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codeforge/codeforge/internal/testenv"
 )
 
 // commandHelperEnv makes the test binary run `codeforge proxy` with the
@@ -54,9 +56,7 @@ func TestMain(m *testing.M) {
 // connections to itself, and on SIGTERM leaves the lockdown in place.
 func TestCommandTransparentLocalMode(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root: it creates a network namespace and starts the proxy as root")
-	}
+	testenv.Root(t, "it creates a network namespace and starts the proxy as root")
 	b := make([]byte, 4)
 	rand.Read(b)
 	ns := "cf-test-" + hex.EncodeToString(b)

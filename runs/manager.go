@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/sandbox"
 )
 
@@ -86,7 +86,7 @@ type Outcome struct {
 	Result *sandbox.Result
 	// Queued is how long the run waited for a free slot.
 	Queued  time.Duration
-	Network []proxy.NetEntry
+	Network []gate.NetEntry
 	Notes   []string
 	// Error is the message for a run that did not produce a Result.
 	Error string

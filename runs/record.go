@@ -3,7 +3,7 @@ package runs
 import (
 	"time"
 
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 )
 
 // Record is everything kept about a run: what it was asked to do, where it
@@ -36,8 +36,8 @@ type Record struct {
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
 
-	Network []proxy.NetEntry `json:"network,omitempty"`
-	Files   []File           `json:"files,omitempty"`
+	Network []gate.NetEntry `json:"network,omitempty"`
+	Files   []File          `json:"files,omitempty"`
 	// Notes are plain sentences the result shows after the output (a
 	// network hint, files left out, the network log missing).
 	Notes []string `json:"notes,omitempty"`
@@ -68,7 +68,7 @@ func (r *Record) Size() int64 {
 func (r *Record) clone() *Record {
 	c := *r
 	c.APIs = append([]string(nil), r.APIs...)
-	c.Network = append([]proxy.NetEntry(nil), r.Network...)
+	c.Network = append([]gate.NetEntry(nil), r.Network...)
 	c.Files = append([]File(nil), r.Files...)
 	c.Notes = append([]string(nil), r.Notes...)
 	return &c

@@ -25,12 +25,19 @@ type Runner interface {
 	Close() error
 }
 
+// DefaultPoolSize is how many warm Deno processes a backend keeps started
+// for the next runs unless told otherwise (serve's --pool-size).
+const DefaultPoolSize = 2
+
 // Environment describes what a run sees, in the paths the code must use.
 type Environment struct {
-	Backend    string // "local" or "docker"
-	ScratchDir string // where the code may write temporary files (per run)
-	SkillsDir  string // where skills are read and saved
-	TypesDir   string // where types.d.ts files are readable, "" if none
+	Backend string // "local" or "docker"
+	// ScratchNote says, in words for the instructions, where the code may
+	// write temporary files (per run), e.g. "the current working directory
+	// (Deno.cwd()), a fresh directory per run". It is prose, not a path.
+	ScratchNote string
+	SkillsDir   string // where skills are read and saved
+	TypesDir    string // where types.d.ts files are readable, "" if none
 	// OutDir is where code writes files to be kept with the run (the
 	// scratch directory's out/, as the code sees it); "" when the backend
 	// cannot hand files back (Request.OnOutDir is never called).

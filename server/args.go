@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/codeforge/codeforge/internal/strictjson"
 )
 
 // executeArgs are execute_code's arguments after validation.
@@ -148,51 +149,33 @@ func parseStringArgs(raw json.RawMessage, names ...string) (map[string]string, e
 }
 
 // objectFields splits raw tool arguments into their fields, refusing
-// anything but a JSON object and any field not in allowed.
+// anything but one JSON object, any field not in allowed and any field
+// given twice (internal/strictjson).
 func objectFields(raw json.RawMessage, allowed ...string) (map[string]json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || isNull(raw) {
 		return map[string]json.RawMessage{}, nil
 	}
-	var fields map[string]json.RawMessage
-	if raw[0] != '{' || json.Unmarshal(raw, &fields) != nil {
+	fields, err := strictjson.Object(raw, allowed)
+	var unknown *strictjson.UnknownFieldError
+	var dup *strictjson.DuplicateFieldError
+	switch {
+	case err == nil:
+		return fields, nil
+	case errors.As(err, &unknown) && len(allowed) == 0:
+		return nil, fmt.Errorf("unknown argument %q: this tool takes no arguments", unknown.Field)
+	case errors.As(err, &unknown):
+		return nil, fmt.Errorf("unknown argument %q: this tool takes %s", unknown.Field, strings.Join(quoteAll(allowed), ", "))
+	case errors.As(err, &dup):
+		return nil, fmt.Errorf("argument %q is given twice: give it once", dup.Field)
+	default:
 		return nil, fmt.Errorf("arguments must be a JSON object, got %s", jsonKind(raw))
 	}
-	for k := range fields {
-		if !slices.Contains(allowed, k) {
-			if len(allowed) == 0 {
-				return nil, fmt.Errorf("unknown argument %q: this tool takes no arguments", k)
-			}
-			return nil, fmt.Errorf("unknown argument %q: this tool takes %s", k, strings.Join(quoteAll(allowed), ", "))
-		}
-		fields[k] = bytes.TrimSpace(fields[k])
-	}
-	return fields, nil
 }
 
-func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
+func isNull(raw json.RawMessage) bool { return strictjson.IsNull(raw) }
 
-// jsonKind names the JSON type of raw for error messages, with the value
-// when it is short.
-func jsonKind(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "the string " + truncate(string(raw), 40)
-	case '{':
-		return "an object"
-	case '[':
-		return "a list"
-	case 't', 'f':
-		return "the boolean " + string(raw)
-	case 'n':
-		return "null"
-	default:
-		return "the number " + truncate(string(raw), 40)
-	}
-}
+func jsonKind(raw json.RawMessage) string { return strictjson.Kind(raw) }
 
 // hasLoneSurrogate reports whether a JSON string literal holds a \uD800–
 // \uDFFF escape that is not part of a valid pair; Go's decoder would turn
@@ -256,12 +239,7 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+func truncate(s string, n int) string { return strictjson.Truncate(s, n) }
 
 // formatSeconds prints seconds without trailing zeros: 5, 0.5, 300.
 func formatSeconds(sec float64) string {

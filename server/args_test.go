@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,5 +46,17 @@ func TestParseExecuteArgs(t *testing.T) {
 	}
 	if _, err := s.parseExecuteArgs(json.RawMessage(`{"code": "x", "timeout": 300}`)); err != nil {
 		t.Fatalf("the maximum itself: %v", err)
+	}
+	// One strict decoder (internal/strictjson): a key given twice is
+	// refused rather than the last one winning unseen; a key in another
+	// case is unknown.
+	for in, want := range map[string]string{
+		`{"code": "console.log(1)", "code": "Deno.exit(3)"}`: `argument "code" is given twice`,
+		`{"Code": "x"}`:         `unknown argument "Code"`,
+		`{"code": "x"} {"a":1}`: "arguments must be a JSON object",
+	} {
+		if _, err := s.parseExecuteArgs(json.RawMessage(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", in, err, want)
+		}
 	}
 }

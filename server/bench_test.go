@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/internal/testenv"
+	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/local"
 )
 
@@ -96,10 +98,10 @@ func median(ds []time.Duration) time.Duration {
 //
 //	go test ./server -run '^$' -bench ConcurrentSessions -benchtime 500x
 func BenchmarkConcurrentSessions(b *testing.B) {
-	for _, pool := range []int{0, DefaultPoolSize} {
+	for _, pool := range []int{0, sandbox.DefaultPoolSize} {
 		b.Run(fmt.Sprintf("pool=%d", pool), func(b *testing.B) {
 			h := newGatedHarness(b, harnessConfig{denoPath: testenv.DenoBinary(b), poolSize: pool, edit: func(o *Options) {
-				o.MaxConcurrent = defaultConcurrency()
+				o.MaxConcurrent = max(1, runtime.NumCPU()) // as serve sets it (internal/app)
 				o.QueueLimit = 100
 			}})
 			const sessions = 50

@@ -15,22 +15,22 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/apis"
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 )
 
 // executeOutput is execute_code's structuredContent (see executeOutputSchema).
 type executeOutput struct {
-	RunID       string           `json:"run_id"`
-	State       string           `json:"state"`
-	ExitCode    int              `json:"exit_code"`
-	DurationMS  int64            `json:"duration_ms"`
-	TimedOut    bool             `json:"timed_out"`
-	OutOfMemory bool             `json:"out_of_memory"`
-	Truncated   bool             `json:"truncated"`
-	Network     []proxy.NetEntry `json:"network"`
-	Files       []fileOutput     `json:"files"`
+	RunID       string          `json:"run_id"`
+	State       string          `json:"state"`
+	ExitCode    int             `json:"exit_code"`
+	DurationMS  int64           `json:"duration_ms"`
+	TimedOut    bool            `json:"timed_out"`
+	OutOfMemory bool            `json:"out_of_memory"`
+	Truncated   bool            `json:"truncated"`
+	Network     []gate.NetEntry `json:"network"`
+	Files       []fileOutput    `json:"files"`
 }
 
 // fileOutput is one file a run left in out/, as results list it.
@@ -69,7 +69,9 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	// A backend that is not ready yet (Docker: the sandbox has not got the
 	// proxy's CA, or the proxy is not up) would fail the run in a confusing
 	// way, e.g. a TLS error on the first fetch; say so plainly instead.
-	if err := s.opts.Runner.Ready(ctx); err != nil {
+	if err := s.opts.Runner.Ready(ctx); errors.Is(err, sandbox.ErrNetworkDown) {
+		return toolError("execute_code: %v; nothing ran, try again in a few seconds", err), nil
+	} else if err != nil {
 		return toolError("execute_code: CodeForge is still starting (%v); nothing ran, try again in a few seconds", err), nil
 	}
 	if s.opts.Settings.Debug {
@@ -156,9 +158,9 @@ func (s *Server) execute(ctx context.Context, r *runs.Run, args executeArgs, sel
 	if rreq.Timeout <= 0 {
 		return runs.Outcome{Result: &sandbox.Result{TimedOut: true, ExitCode: -1}, Queued: queued}
 	}
-	var run proxy.Run
+	var run gate.Run
 	if s.opts.Gate != nil {
-		spec := proxy.RunSpec{}
+		spec := gate.RunSpec{}
 		if args.APIsGiven {
 			spec.APIs = apiNames(selected)
 		}
@@ -180,7 +182,7 @@ func (s *Server) execute(ctx context.Context, r *runs.Run, args executeArgs, sel
 	}
 
 	var notes []string
-	var network []proxy.NetEntry
+	var network []gate.NetEntry
 	if run != nil {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		network, err = run.Finish(fctx)
@@ -230,8 +232,8 @@ func (s *Server) netDeniedHint(stderr string, allowed []string) string {
 		m[1], reach)
 }
 
-// finalResult turns an ended run into the tool result DESIGN.md
-// specifies: stdout, labelled stderr, one plain note per condition, the
+// finalResult turns an ended run into the tool result the contract
+// specifies (docs/ARCHITECTURE.md, "How a run flows"): stdout, labelled stderr, one plain note per condition, the
 // files (images inline, the rest as resource links), structuredContent.
 // A foreground execute_code and run_wait give the same result for a run.
 func (s *Server) finalResult(rec *runs.Record, stdout, stderr []byte, files map[string][]byte) *mcp.CallToolResult {
@@ -304,7 +306,7 @@ func (s *Server) finalResult(rec *runs.Record, stdout, stderr []byte, files map[
 	}
 	network := rec.Network
 	if network == nil {
-		network = []proxy.NetEntry{}
+		network = []gate.NetEntry{}
 	}
 	return &mcp.CallToolResult{
 		Content: content,

@@ -340,7 +340,7 @@ func TestCancellationKillsTheRun(t *testing.T) {
 func TestConcurrentCallsQueue(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessConfig{edit: func(o *Options) { o.MaxConcurrent = 2 }})
-	const calls = 50 // DESIGN.md: 50 concurrent calls complete or queue cleanly
+	const calls = 50 // docs/ARCHITECTURE.md: 50 concurrent calls complete or queue cleanly
 	var wg sync.WaitGroup
 	results := make([]*mcp.CallToolResult, calls)
 	errs := make([]error, calls)

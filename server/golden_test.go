@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeforge/codeforge/proxy/gate"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -39,10 +42,11 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 // TestToolsGolden pins the tool contract clients see: names, descriptions,
-// input and output schemas, annotations.
+// input and output schemas, annotations. It runs nothing, so it runs on a
+// fake runner (no Deno, no root).
 func TestToolsGolden(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, harnessConfig{})
+	h := newHarness(t, harnessConfig{fake: true})
 	res, err := h.session.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -66,10 +70,11 @@ func TestToolsGolden(t *testing.T) {
 
 // TestInstructionsGolden pins the primer (with the test's directories
 // replaced by placeholders) and checks that initialize and
-// get_instructions give the same text.
+// get_instructions give the same text. The fake runner reports the local
+// backend's environment, so the primer is the local backend's.
 func TestInstructionsGolden(t *testing.T) {
 	t.Parallel()
-	h := newGatedHarness(t, harnessConfig{})
+	h := newGatedHarness(t, harnessConfig{fake: true})
 	init := h.session.InitializeResult()
 	if init.Instructions == "" || init.Instructions != h.srv.Instructions() {
 		t.Fatalf("initialize instructions differ from the server's primer")
@@ -104,7 +109,7 @@ func TestInstructionsFollowSettings(t *testing.T) {
 	}
 	// Behind a transparent proxy (docker backend, SANDBOX_PROXY_URL=none)
 	// runs have no network log of their own: the primer must not promise one.
-	tp := newHarness(t, harnessConfig{edit: func(o *Options) { o.Gate = &controlGate{transparent: true} }})
+	tp := newHarness(t, harnessConfig{edit: func(o *Options) { o.Gate = sharedLogGate{} }})
 	if text := tp.srv.Instructions(); !strings.Contains(text, "network stays empty") || strings.Contains(text, "each request the run made") {
 		t.Errorf("transparent-proxy instructions promise a per-run network log:\n%s", text)
 	}
@@ -164,6 +169,16 @@ func TestListAPIs(t *testing.T) {
 		t.Fatalf("list_apis with an argument: %q", allText(res))
 	}
 }
+
+// sharedLogGate stands for a transparent proxy's gate: runs get no
+// identity and no network log of their own.
+type sharedLogGate struct{}
+
+func (sharedLogGate) Open(context.Context, gate.RunSpec) (gate.Run, error) {
+	return nil, errors.New("a shared-log gate opens no runs in this test")
+}
+
+func (sharedLogGate) SharedLog() bool { return true }
 
 // writeAPIs writes apis/<name>/config.json files into a new directory.
 func writeAPIs(t testing.TB, configs map[string]string) string {

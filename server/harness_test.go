@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/apis"
+	"github.com/codeforge/codeforge/internal/fakerunner"
 	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/runs"
@@ -145,11 +146,18 @@ type harnessConfig struct {
 	runsDir string
 	// backend, if set, replaces the local runner (e.g. the Docker one).
 	backend sandbox.Runner
+	// memoryMB replaces testMemoryMB as the runs' memory cap.
+	memoryMB int
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
 	// poolSize is the local runner's warm pool (default 0: every run cold).
 	poolSize int
+	// fake runs the server on a fakerunner.Runner that reports the local
+	// backend's environment but runs nothing: for contract tests (tool
+	// schemas, instructions, argument checks) that need neither Deno nor
+	// root.
+	fake bool
 }
 
 // newHarness starts a real server (real local Deno runner, real skills
@@ -157,23 +165,39 @@ type harnessConfig struct {
 // Streamable HTTP.
 func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
-	deno := cfg.denoPath
-	if deno == "" {
-		deno = testenv.Deno(t)
-	}
 	skillsDir := t.TempDir()
-	lr, err := local.New(local.Options{
-		DenoPath:    deno,
-		SkillsDir:   skillsDir,
-		ScratchRoot: t.TempDir(),
-		MemoryMB:    testMemoryMB,
-		CACertFile:  cfg.caCert,
-		PoolSize:    cfg.poolSize,
-	})
-	if err != nil {
-		t.Fatalf("local runner: %v", err)
+	var (
+		backend sandbox.Runner
+		lr      *local.Runner
+		err     error
+	)
+	memoryMB := testMemoryMB
+	if cfg.memoryMB > 0 {
+		memoryMB = cfg.memoryMB
 	}
-	t.Cleanup(func() { lr.Close() })
+	if cfg.fake {
+		backend = &fakerunner.Runner{Environment: sandbox.Environment{
+			Backend: "local", ScratchNote: local.ScratchNote, SkillsDir: skillsDir, OutDir: local.OutDirDescription,
+		}}
+	} else {
+		deno := cfg.denoPath
+		if deno == "" {
+			deno = testenv.Deno(t)
+		}
+		lr, err = local.New(local.Options{
+			DenoPath:    deno,
+			SkillsDir:   skillsDir,
+			ScratchRoot: t.TempDir(),
+			MemoryMB:    memoryMB,
+			CACertFile:  cfg.caCert,
+			PoolSize:    cfg.poolSize,
+		})
+		if err != nil {
+			t.Fatalf("local runner: %v", err)
+		}
+		t.Cleanup(func() { lr.Close() })
+		backend = lr
+	}
 	store, err := skills.Open(skillsDir)
 	if err != nil {
 		t.Fatalf("skills store: %v", err)
@@ -204,7 +228,6 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		defer cancel()
 		mgr.Close(ctx)
 	})
-	var backend sandbox.Runner = lr
 	if cfg.backend != nil {
 		backend = cfg.backend
 	}
@@ -215,7 +238,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		APIs:          func() *apis.Set { return set },
 		Skills:        store,
 		MaxConcurrent: 2,
-		MemoryMB:      testMemoryMB,
+		MemoryMB:      memoryMB,
 		Logger:        logger,
 	}
 	if cfg.gate != nil {
@@ -230,7 +253,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	h := &harness{t: t, srv: srv, hs: hs, runner: runner, local: lr, skillsDir: lr.Env().SkillsDir, logs: logs, logMu: logMu, token: cfg.clientToken}
+	h := &harness{t: t, srv: srv, hs: hs, runner: runner, local: lr, skillsDir: backend.Env().SkillsDir, logs: logs, logMu: logMu, token: cfg.clientToken}
 	h.events = newEvents()
 	if !cfg.noClient {
 		h.session = h.connect(h.events.clientOptions())

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 )
 
@@ -25,7 +25,7 @@ func (s *Server) buildInstructions() string {
 		"Every call is a fresh process: nothing in memory survives between calls.\n")
 	p("- The result is stdout as text, then stderr labelled \"stderr:\". A non-zero exit, a timeout and running out of memory " +
 		"each mark the result as an error with its own message; output printed before a timeout is kept.\n")
-	if proxy.PerRunLog(s.opts.Gate) {
+	if gate.PerRunLog(s.opts.Gate) {
 		p("- structuredContent has run_id, state, exit_code, duration_ms, timed_out, out_of_memory, truncated, files and network " +
 			"(each request the run made: method, host, path, status, credential_injected, blocked).\n")
 	} else {
@@ -46,7 +46,7 @@ func (s *Server) buildInstructions() string {
 		runs.FormatDuration(s.runMgr.Settings().Retention), runs.FormatBytes(s.runMgr.Settings().MaxTotalBytes))
 
 	p("\n## Files\n")
-	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchDir)
+	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchNote)
 	if env.OutDir != "" {
 		f := s.runMgr.Settings().Files
 		p("- Files to hand back: write them to %s, after await Deno.mkdir(\"out\", {recursive: true}) (at most %d files, %s each, %s per run). They are kept with the run and listed in its result: "+
@@ -88,7 +88,9 @@ func (s *Server) buildInstructions() string {
 			"it is sent as the plain name: the run's network log says so in \"notes\". Do not try to move a credential elsewhere.\n")
 		p("- Responses are scrubbed of every secret in every common encoding; a response that holds one in a form that cannot be turned back " +
 			"(e.g. base64) is refused with a 502. Range requests are not passed on: fetch whole resources.\n")
-		p("- Some APIs refuse some HTTP methods (restricted_methods, or only allow some: allowed_methods): the proxy answers them with a permanent 403; do not retry.\n")
+		p("- Some APIs refuse some HTTP methods (restricted_methods, or only allow some: allowed_methods): the proxy answers them with a permanent 403; do not retry. " +
+			"To such APIs, form, JSON and multipart bodies (and POST bodies without a Content-Type) are checked for _method overrides and may be at most 1 MiB; " +
+			"send a larger upload with a Content-Type such as application/octet-stream.\n")
 	}
 
 	p("\n## APIs\n")

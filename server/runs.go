@@ -13,7 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 )
 
@@ -190,27 +190,27 @@ func stringArg(fields map[string]json.RawMessage, name string) (string, bool, er
 
 // runStatusOutput is run_status's structuredContent.
 type runStatusOutput struct {
-	ID          string           `json:"id"`
-	State       string           `json:"state"`
-	Background  bool             `json:"background"`
-	Created     string           `json:"created"`
-	Started     string           `json:"started,omitempty"`
-	Ended       string           `json:"ended,omitempty"`
-	QueuedMS    int64            `json:"queued_ms"`
-	DurationMS  int64            `json:"duration_ms"`
-	ExitCode    *int             `json:"exit_code,omitempty"`
-	TimedOut    bool             `json:"timed_out"`
-	OutOfMemory bool             `json:"out_of_memory"`
-	Truncated   bool             `json:"truncated"`
-	StdoutBytes int64            `json:"stdout_bytes"`
-	StderrBytes int64            `json:"stderr_bytes"`
-	StdoutTail  string           `json:"stdout_tail"`
-	StderrTail  string           `json:"stderr_tail"`
-	Network     []proxy.NetEntry `json:"network"`
-	Files       []fileOutput     `json:"files"`
-	Notes       []string         `json:"notes"`
-	Error       string           `json:"error,omitempty"`
-	ExpiresAt   string           `json:"expires_at,omitempty"`
+	ID          string          `json:"id"`
+	State       string          `json:"state"`
+	Background  bool            `json:"background"`
+	Created     string          `json:"created"`
+	Started     string          `json:"started,omitempty"`
+	Ended       string          `json:"ended,omitempty"`
+	QueuedMS    int64           `json:"queued_ms"`
+	DurationMS  int64           `json:"duration_ms"`
+	ExitCode    *int            `json:"exit_code,omitempty"`
+	TimedOut    bool            `json:"timed_out"`
+	OutOfMemory bool            `json:"out_of_memory"`
+	Truncated   bool            `json:"truncated"`
+	StdoutBytes int64           `json:"stdout_bytes"`
+	StderrBytes int64           `json:"stderr_bytes"`
+	StdoutTail  string          `json:"stdout_tail"`
+	StderrTail  string          `json:"stderr_tail"`
+	Network     []gate.NetEntry `json:"network"`
+	Files       []fileOutput    `json:"files"`
+	Notes       []string        `json:"notes"`
+	Error       string          `json:"error,omitempty"`
+	ExpiresAt   string          `json:"expires_at,omitempty"`
 }
 
 const runStatusSchema = `{"type":"object","properties":{` +
@@ -274,7 +274,7 @@ func (s *Server) statusOutput(rec *runs.Record) runStatusOutput {
 		out.ExitCode = &code
 	}
 	if out.Network == nil {
-		out.Network = []proxy.NetEntry{}
+		out.Network = []gate.NetEntry{}
 	}
 	if out.Notes == nil {
 		out.Notes = []string{}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/sandbox/docker"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
 // TestRunsDockerBackend drives the run tools through the real server on

@@ -3,7 +3,7 @@
 // resources and the run_skill prompt, served as Streamable HTTP at /mcp
 // behind Host/Origin/token checks, with GET /health beside it. Runs go to a
 // sandbox.Runner through a bounded queue; their network identity comes from
-// a proxy.Gate.
+// a gate.Gate.
 package server
 
 import (
@@ -20,7 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/apis"
-	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/settings"
@@ -48,7 +48,7 @@ type Options struct {
 	Runner sandbox.Runner
 	// Gate hands out per-run proxy identities. Nil means runs have no
 	// network at all; the instructions then say so.
-	Gate proxy.Gate
+	Gate gate.Gate
 	// APIs returns the current API set (required; it may change on reload).
 	APIs func() *apis.Set
 	// Skills is the skills store (required).
@@ -214,10 +214,6 @@ func New(opts Options) (*Server, error) {
 // the get_instructions text).
 func (s *Server) Instructions() string { return s.instructions }
 
-// MCPServer exposes the underlying go-sdk server (for in-process
-// transports in tests and tools).
-func (s *Server) MCPServer() *mcp.Server { return s.mcp }
-
 // Handler serves /mcp (Streamable HTTP, stateful, SSE responses) and
 // GET /health, behind the Host, Origin, token and body-size checks.
 func (s *Server) Handler() http.Handler {
@@ -259,7 +255,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := s.opts.Runner.Ready(ctx); err != nil {
+	// A fresh check: /health reports an outage while it lasts, even when
+	// runs still trust a success of a moment ago.
+	if err := s.opts.Runner.Ready(sandbox.FreshReady(ctx)); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		json.NewEncoder(w).Encode(map[string]string{"status": "starting", "reason": err.Error()})
 		return

@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestSkillSavedByCodeBecomesResource: code saves a skill as DESIGN.md
+// TestSkillSavedByCodeBecomesResource: code saves a skill as the README
 // says; the client is told the resource list changed, lists it with its
 // description and reads its source.
 func TestSkillSavedByCodeBecomesResource(t *testing.T) {

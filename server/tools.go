@@ -12,8 +12,8 @@ import (
 	"github.com/codeforge/codeforge/skills"
 )
 
-// The tools' names and argument names are a contract (DESIGN.md): saved
-// prompts depend on them.
+// The tools' names and argument names are a contract (README, "What the
+// agent gets"; docs/ARCHITECTURE.md): saved prompts depend on them.
 const (
 	toolExecuteCode     = "execute_code"
 	toolListAPIs        = "list_apis"

@@ -1,17 +1,16 @@
 // Package settings reads the settings every CodeForge subcommand shares
-// (YOLO_MODE, USER_AGENT, REDACTING_STRINGS, DEBUG_MODE) from the
-// environment, after an optional .env file has been loaded into it.
+// (YOLO_MODE, USER_AGENT, REDACTING_STRINGS, DEBUG_MODE and the proxy's
+// per-run caps) from the environment over an optional .env file (Dotenv),
+// registers each command's flags with their environment variables
+// (Flags), and makes the process's logger.
 package settings
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
-
-	"github.com/joho/godotenv"
 )
 
 // Common holds the settings shared by serve and proxy.
@@ -25,25 +24,17 @@ type Common struct {
 	RedactingStrings []string
 	// Debug logs submitted code and (redacted) payloads.
 	Debug bool
+	// MaxTunnelsPerRun caps the CONNECT tunnels one run holds open at the
+	// proxy at once (PROXY_MAX_TUNNELS_PER_RUN); 0 means the proxy's
+	// default (64).
+	MaxTunnelsPerRun int
+	// MaxRequestsPerRun caps the requests of one run the proxy works on at
+	// once (PROXY_MAX_REQUESTS_PER_RUN); 0 means the proxy's default (32).
+	MaxRequestsPerRun int
 }
 
 // Getenv looks up an environment variable; os.LookupEnv fits.
 type Getenv func(string) (string, bool)
-
-// LoadDotenv reads a .env file into the process environment without
-// overriding variables already set. A missing file is not an error.
-func LoadDotenv(path string) error {
-	if path == "" {
-		return nil
-	}
-	if _, err := os.Stat(path); os.IsNotExist(err) {
-		return nil
-	}
-	if err := godotenv.Load(path); err != nil {
-		return fmt.Errorf("load %s: %w", path, err)
-	}
-	return nil
-}
 
 // FromEnv reads the common settings.
 func FromEnv(getenv Getenv) (Common, error) {
@@ -57,7 +48,27 @@ func FromEnv(getenv Getenv) (Common, error) {
 	}
 	c.UserAgent, _ = getenv("USER_AGENT")
 	c.RedactingStrings = List(getenv, "REDACTING_STRINGS")
+	if c.MaxTunnelsPerRun, err = Count(getenv, "PROXY_MAX_TUNNELS_PER_RUN"); err != nil {
+		return c, err
+	}
+	if c.MaxRequestsPerRun, err = Count(getenv, "PROXY_MAX_REQUESTS_PER_RUN"); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// Count parses a whole number of at least 1; unset or empty is 0 (the
+// default of whoever reads it).
+func Count(getenv Getenv, name string) (int, error) {
+	v, ok := getenv(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a whole number of at least 1", name, v)
+	}
+	return n, nil
 }
 
 // Bool parses a boolean variable; unset or empty is false.
@@ -76,6 +87,12 @@ func Bool(getenv Getenv, name string) (bool, error) {
 // List splits a comma-separated variable, dropping empty items.
 func List(getenv Getenv, name string) []string {
 	v, _ := getenv(name)
+	return SplitList(v)
+}
+
+// SplitList splits a comma-separated value, trimming items and dropping
+// empty ones.
+func SplitList(v string) []string {
 	var out []string
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {

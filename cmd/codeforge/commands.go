@@ -2,14 +2,14 @@ package main
 
 import (
 	"github.com/codeforge/codeforge/dockerfilter"
+	"github.com/codeforge/codeforge/internal/app"
 	"github.com/codeforge/codeforge/proxy"
-	"github.com/codeforge/codeforge/server"
 )
 
 // commands maps each subcommand to its package's entry point.
 func commands() map[string]command {
 	return map[string]command{
-		"serve":        server.Command,
+		"serve":        app.Serve,
 		"proxy":        proxy.Command,
 		"dockerfilter": dockerfilter.Command,
 		"health":       health,

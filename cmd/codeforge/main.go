@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,15 +35,31 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
-	if err != nil {
+	if code := exitCode(err); code != 0 {
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "codeforge:", err)
 		}
-		os.Exit(2)
+		os.Exit(code)
 	}
 }
 
+// errUsage means the usage text has been written: the command line was
+// wrong.
 var errUsage = errors.New("usage")
+
+// exitCode is 0 for success and for -h (the help was asked for and
+// written), 2 for a wrong command line (usage), 1 for every other error.
+func exitCode(err error) int {
+	var usageErr *settings.UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage), errors.As(err, &usageErr):
+		return 2
+	default:
+		return 1
+	}
+}
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -53,7 +70,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if v, ok := os.LookupEnv("CODEFORGE_ENV_FILE"); ok {
 		envFile = v
 	}
-	if err := settings.LoadDotenv(envFile); err != nil {
+	// The process environment over .env, read again when it changes: a
+	// SIGHUP reload sees a secret just added to .env.
+	env, err := settings.NewDotenv(os.LookupEnv, envFile, func(err error) {
+		fmt.Fprintln(stderr, "codeforge:", err)
+	})
+	if err != nil {
 		return err
 	}
 	cmd, ok := commands()[args[0]]
@@ -61,5 +83,5 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "codeforge: unknown command %q\n\n%s", args[0], usage)
 		return errUsage
 	}
-	return cmd(ctx, args[1:], os.LookupEnv, stderr)
+	return cmd(ctx, args[1:], env.Lookup, stderr)
 }

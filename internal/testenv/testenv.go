@@ -1,6 +1,8 @@
 // Package testenv finds (or installs) the real tools the tests drive: Deno
-// and the Docker engine. A missing tool fails the test with a message saying
-// how to install it; it never turns into a silent skip. It also holds what
+// and the Docker engine. A missing tool (or root) stops the test with a
+// message saying how to get it: under ./test.sh, which sets
+// CODEFORGE_TEST_STRICT=1, that is a failure; run by hand without it, a
+// skip that says why (Missing). It is never a silent skip. It also holds what
 // several packages' tests share: throwaway TLS certificate authorities (CA)
 // and the removal of test containers a killed test process left behind.
 package testenv
@@ -30,13 +32,14 @@ var (
 
 // DenoBinary returns the path of the real deno binary: $DENO_BIN, then
 // PATH, then the repository's npm cache (.cache/deno), installing it there
-// from npm when it is missing. It fails the test when none can be had.
+// from npm when it is missing. It stops the test (Missing) when none can
+// be had.
 // Tests whose code may reach a host name use Deno instead.
 func DenoBinary(t testing.TB) string {
 	t.Helper()
 	p, err := denoOnce()
 	if err != nil {
-		t.Fatalf("deno is required for this test and could not be found or installed: %v\n"+
+		Missing(t, "deno is required for this test and could not be found or installed: %v\n"+
 			"install it with: npm install --prefix .cache/deno @deno/linux-x64-glibc@%s (or run ./test.sh)", err, DenoVersion)
 	}
 	return p
@@ -54,7 +57,7 @@ func Deno(t testing.TB) string {
 	DenoBinary(t)
 	p, err := isolatedOnce()
 	if err != nil {
-		t.Fatalf("cannot run deno with loopback-only name resolution (%v); the tests need root for a private mount namespace (run ./test.sh as root)", err)
+		Missing(t, "cannot run deno with loopback-only name resolution (%v); the tests need root for a private mount namespace (run ./test.sh as root)", err)
 	}
 	return p
 }
@@ -178,13 +181,14 @@ func RepoRoot() (string, error) {
 	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Docker fails the test unless a Docker engine answers `docker info`.
+// Docker stops the test (Missing) unless a Docker engine answers
+// `docker info`.
 func Docker(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		t.Fatalf("a running Docker engine is required for this test: %v: %s\n"+
+		Missing(t, "a running Docker engine is required for this test: %v: %s\n"+
 			"install and start it with: apt-get install -y docker.io iptables && dockerd & (or run ./test.sh)", err, out)
 	}
 }

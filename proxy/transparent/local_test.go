@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/proxy/transparent"
 )
 
@@ -420,9 +421,7 @@ func runDropHelper(t *testing.T, spec string) dropReport {
 
 func TestDropPrivileges(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Fatal("TestDropPrivileges needs root (as the netns tests do)")
-	}
+	testenv.Root(t, "it drops privileges from root, as the proxy does")
 	rep := runDropHelper(t, fmt.Sprintf("%d:%d", sandboxUID, proxyGID))
 	if rep.Err != "" || rep.UID != sandboxUID || rep.GID != proxyGID || len(rep.Groups) != 0 {
 		t.Errorf("after DropPrivileges(%d, %d): %+v", sandboxUID, proxyGID, rep)

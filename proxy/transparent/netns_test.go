@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codeforge/codeforge/internal/testenv"
 )
 
 // Every test here works in network namespaces it creates and deletes; the
@@ -42,6 +44,7 @@ func run(t testing.TB, name string, args ...string) string {
 // newNetns creates a namespace with lo up and deletes it when the test ends.
 func newNetns(t testing.TB) string {
 	t.Helper()
+	testenv.Root(t, "it creates network namespaces and iptables rules")
 	ns := netnsName()
 	run(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() {

@@ -14,8 +14,8 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
 // BenchmarkDockerRunner measures, in one run and interleaved, the time to

@@ -53,8 +53,8 @@ const (
 	DefaultGrace = 3 * time.Second
 )
 
-// ScratchDirDescription is what Env reports as the scratch directory.
-const ScratchDirDescription = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
+// ScratchNote is what Env says of the scratch directory.
+const ScratchNote = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
 
 const (
 	wrapper = runpolicy.WrapperName
@@ -65,6 +65,9 @@ const (
 	signalTrailer = runpolicy.SignalTrailer
 	// wrapperRefused is codeforge-run's exit status when it refuses a run.
 	wrapperRefused = runpolicy.ExitRefused
+	// checkNetworkDown is codeforge-run --check ADDR's exit status when
+	// the sandbox cannot connect to the proxy.
+	checkNetworkDown = runpolicy.ExitNetworkDown
 	// stderrTail is how much of the end of stderr is kept to find V8's
 	// out-of-memory report and the wrapper's trailer after a flood.
 	stderrTail = 8 << 10
@@ -89,7 +92,7 @@ type Options struct {
 	// SkillsDir is the skills directory as the code sees it; the wrapper
 	// grants /skills. Default DefaultSkillsDir.
 	SkillsDir string
-	// ScratchHint replaces ScratchDirDescription in Env.
+	// ScratchHint replaces ScratchNote in Env (words, not a path).
 	ScratchHint string
 	// Grace is how long past its timeout a run may go before the runner
 	// kills it from outside. Default DefaultGrace.
@@ -98,6 +101,12 @@ type Options struct {
 	// attached, each holding a deno started and waiting for one run. 0
 	// turns warming off. A run no warm exec can serve starts cold.
 	PoolSize int
+	// ProbeAddr is the proxy as a run reaches it, IPv4:port (e.g.
+	// 192.0.2.1:3128). When set, Ready also has the sandbox open a TCP
+	// connection to it, as a run would (codeforge-run --check ADDR), and
+	// reports sandbox.ErrNetworkDown when it cannot; a run that fails
+	// with a network error is checked the same way. Empty: no probe.
+	ProbeAddr string
 	// Logger receives lifecycle logs; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -112,6 +121,7 @@ type Runner struct {
 	skillsDir string
 	scratch   string
 	grace     time.Duration
+	probe     string
 	log       *slog.Logger
 	closed    atomic.Bool
 
@@ -145,7 +155,7 @@ func New(opts Options) (*Runner, error) {
 		opts.Grace = DefaultGrace
 	}
 	if opts.ScratchHint == "" {
-		opts.ScratchHint = ScratchDirDescription
+		opts.ScratchHint = ScratchNote
 	}
 	if p, ok := strings.CutPrefix(opts.DockerHost, "unix://"); !ok || !strings.HasPrefix(p, "/") {
 		return nil, fmt.Errorf("docker sandbox: DockerHost %q: want the socket filter as unix:///path", opts.DockerHost)
@@ -158,6 +168,9 @@ func New(opts Options) (*Runner, error) {
 	}
 	if opts.Grace < 0 {
 		return nil, fmt.Errorf("docker sandbox: Grace is %v: want a positive duration, or 0 for the default %v", opts.Grace, DefaultGrace)
+	}
+	if opts.ProbeAddr != "" && runpolicy.CheckProbeAddr(opts.ProbeAddr) != nil {
+		return nil, fmt.Errorf("docker sandbox: ProbeAddr %q: want the proxy's address as runs reach it, IPv4:port (e.g. 192.0.2.1:3128)", opts.ProbeAddr)
 	}
 	if !path.IsAbs(opts.SkillsDir) {
 		return nil, fmt.Errorf("docker sandbox: SkillsDir %q: want an absolute path as the sandbox sees it", opts.SkillsDir)
@@ -181,6 +194,7 @@ func New(opts Options) (*Runner, error) {
 		skillsDir: opts.SkillsDir,
 		scratch:   opts.ScratchHint,
 		grace:     opts.Grace,
+		probe:     opts.ProbeAddr,
 		log:       log.With("component", "sandbox", "backend", "docker"),
 	}
 	r.pool = &pool{r: r, size: opts.PoolSize}
@@ -195,7 +209,7 @@ func (r *Runner) WarmIdle() int { return r.pool.idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
-	return sandbox.Environment{Backend: "docker", ScratchDir: r.scratch, SkillsDir: r.skillsDir, OutDir: OutDirDescription}
+	return sandbox.Environment{Backend: "docker", ScratchNote: r.scratch, SkillsDir: r.skillsDir, OutDir: OutDirDescription}
 }
 
 // Close refuses further runs and closes idle connections to the filter.
@@ -207,21 +221,27 @@ func (r *Runner) Close() error {
 }
 
 // Ready pings the engine through the filter and runs `codeforge-run
-// --check` in the sandbox (deno starts, the proxy's CA is there). A
-// success is trusted for a few seconds.
+// --check` in the sandbox (deno starts, the proxy's CA is there, and with
+// ProbeAddr the sandbox reaches the proxy). A success is trusted for a few
+// seconds, unless ctx comes from sandbox.FreshReady.
 func (r *Runner) Ready(ctx context.Context) error {
 	if r.closed.Load() {
 		return errors.New("docker sandbox is closed")
 	}
 	r.readyMu.Lock()
 	defer r.readyMu.Unlock()
-	if !r.readyAt.IsZero() && time.Since(r.readyAt) < readyFor {
+	if !sandbox.WantsFreshReady(ctx) && !r.readyAt.IsZero() && time.Since(r.readyAt) < readyFor {
 		return nil
 	}
+	r.readyAt = time.Time{}
 	if _, err := r.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return fmt.Errorf("starting: docker socket filter at %s: %w", r.host, err)
 	}
-	res, err := r.control(ctx, "--check")
+	args := []string{"--check"}
+	if r.probe != "" {
+		args = append(args, r.probe)
+	}
+	res, err := r.control(ctx, args...)
 	if err != nil {
 		return fmt.Errorf("starting: sandbox container %q: %w", r.container, err)
 	}
@@ -229,6 +249,9 @@ func (r *Runner) Ready(ctx context.Context) error {
 		msg := strings.TrimPrefix(firstLine(res.stderr), wrapperPrefix)
 		if msg == "" {
 			msg = fmt.Sprintf("codeforge-run --check exited with %d", res.exitCode)
+		}
+		if res.exitCode == checkNetworkDown {
+			return fmt.Errorf("%w: %s", sandbox.ErrNetworkDown, strings.TrimPrefix(msg, runpolicy.NetworkPrefix))
 		}
 		return fmt.Errorf("starting: sandbox not ready: %s", msg)
 	}
@@ -262,7 +285,22 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		r.forgetReady()
 		r.pool.flush()
 	}
+	if err == nil && r.probe != "" && res.ExitCode != 0 && !res.TimedOut && networkFailure(res.Stderr) {
+		// The code failed on a network error: if the sandbox cannot
+		// reach the proxy, that is the stack's fault, not the code's;
+		// say so rather than hand over a raw OS error.
+		if nerr := r.Ready(sandbox.FreshReady(ctx)); errors.Is(nerr, sandbox.ErrNetworkDown) {
+			r.log.Warn("run hit a broken network path", "err", nerr)
+			return nil, fmt.Errorf("%w; the run's network requests failed on it: try again in a few seconds", nerr)
+		}
+	}
 	return res, err
+}
+
+// networkFailure reports whether stderr holds the error Deno gives when a
+// connection cannot be made at all (an OS error under a failed request).
+func networkFailure(stderr string) bool {
+	return strings.Contains(stderr, "error sending request") || strings.Contains(stderr, "(os error ")
 }
 
 func (r *Runner) forgetReady() {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 	"github.com/codeforge/codeforge/sandbox/local"
 )
 

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
 func waitWarm(t *testing.T, r *Runner, n int) {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/sandbox"
-	"github.com/codeforge/codeforge/sandbox/docker/dockertest"
 )
 
 // BenchmarkDockerSoak runs b.N runs through the Docker backend (warm pool

@@ -1,7 +1,8 @@
 // Package local is the sandbox backend that needs no Docker: each run is a
 // fresh `deno run` subprocess on the server's own machine, confined by
 // Deno's permission flags (reads and writes only in its scratch and skills
-// directories, network only to the hosts the run allows, no environment,
+// directories, network only to the hosts the run allows — never to every
+// host, see ErrAllHosts — no environment,
 // subprocesses, FFI or system information), a minimal explicit
 // environment that carries none of the server's secrets, a V8 heap cap and
 // a data-size limit, a timeout that kills its whole process group, and
@@ -24,7 +25,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
@@ -39,10 +39,10 @@ const (
 	DefaultMaxOutput     = 1 << 20
 )
 
-// ScratchDirDescription is what Env reports as the scratch directory: each
+// ScratchNote is what Env says of the scratch directory: each
 // run gets a fresh directory as its working directory, so code reaches it
 // with relative paths or Deno.cwd().
-const ScratchDirDescription = "the current working directory (Deno.cwd()), a fresh directory per run"
+const ScratchNote = "the current working directory (Deno.cwd()), a fresh directory per run"
 
 // OutDirDescription is what Env reports as the directory of files kept
 // with the run.
@@ -189,10 +189,10 @@ func (r *Runner) WarmIdle() int { return r.pool.idle() }
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
 	return sandbox.Environment{
-		Backend:    "local",
-		ScratchDir: ScratchDirDescription,
-		SkillsDir:  r.skillsDir,
-		OutDir:     OutDirDescription,
+		Backend:     "local",
+		ScratchNote: ScratchNote,
+		SkillsDir:   r.skillsDir,
+		OutDir:      OutDirDescription,
 	}
 }
 
@@ -232,6 +232,19 @@ func (r *Runner) Close() error {
 	return nil
 }
 
+// ErrAllHosts refuses unrestricted network (YOLO mode) on this backend.
+// Deno has one network permission for fetch and raw sockets: granting
+// every host lets run code open TCP connections with Deno.connect to
+// loopback services, link-local addresses and private networks, around the
+// proxy. Deno's --deny-net does check resolved addresses and CIDR ranges,
+// but it cannot exempt the proxy's own loopback port, which every run
+// needs, so no deny list can make this safe. The Docker deployment, whose
+// sandbox's only route out is the proxy, runs YOLO mode.
+var ErrAllHosts = errors.New("YOLO_MODE is not available with the local sandbox backend: Deno's --allow-net would also let run code " +
+	"open raw TCP connections (Deno.connect) to this machine's loopback services, link-local addresses such as 169.254.169.254 " +
+	"(a cloud machine's credential service) and private networks, around the proxy. Run YOLO mode on the Docker deployment " +
+	"(--sandbox docker, see README: Docker), or set YOLO_MODE=false and add the hosts the code needs as API domains")
+
 // Run executes req.Code in a fresh deno process. Timeout, out of memory and
 // non-zero exit are reported in the Result; an error means the run could
 // not be attempted, or ctx ended before it finished (the process is killed
@@ -257,11 +270,12 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		DenoDir:   runpolicy.CacheDir(scratch),
 		Skills:    r.skillsDir,
 		ReadPaths: req.ReadPaths,
-		Hosts:     req.AllowHosts,
-		AllHosts:  req.AllowAllHosts,
-		MemoryMB:  r.memoryMB,
-		ProxyURL:  req.ProxyURL,
-		CACert:    r.caCert,
+		// Never AllHosts (a bare --allow-net): checkRequest refused
+		// it, see ErrAllHosts.
+		Hosts:    req.AllowHosts,
+		MemoryMB: r.memoryMB,
+		ProxyURL: req.ProxyURL,
+		CACert:   r.caCert,
 	}
 	if w, claim := r.pool.take(spec); w != nil {
 		return r.runWarm(ctx, w, claim, req, maxOutput)
@@ -293,7 +307,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	// killed with the server if the server dies first (Pdeathsig follows
 	// the forking OS thread, which Go keeps alive unless a goroutine exits
 	// while locked to it; nothing in the server does that).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = runProcAttr()
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
 		killed.Store(true)
@@ -366,6 +380,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 
 // checkRequest refuses a request the runner cannot honour exactly.
 func checkRequest(req sandbox.Request) error {
+	if req.AllowAllHosts {
+		return ErrAllHosts
+	}
 	if req.Timeout <= 0 {
 		return fmt.Errorf("timeout is %v: want a positive duration", req.Timeout)
 	}
@@ -401,27 +418,6 @@ func BareCommand(ctx context.Context, denoPath, dir, code string) *exec.Cmd {
 	cmd.Env = runpolicy.Env(spec)
 	cmd.Stdin = strings.NewReader(code)
 	return cmd
-}
-
-// limitData caps the data size (RLIMIT_DATA: heap, anonymous and other
-// private writable mappings) of process pid at limit bytes, or at its
-// current hard limit if that is lower.
-func limitData(pid int, limit uint64) error {
-	var cur syscall.Rlimit
-	if err := prlimit(pid, syscall.RLIMIT_DATA, nil, &cur); err != nil {
-		return err
-	}
-	limit = min(limit, cur.Max)
-	return prlimit(pid, syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: limit}, nil)
-}
-
-func prlimit(pid, resource int, newLimit, old *syscall.Rlimit) error {
-	_, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(resource),
-		uintptr(unsafe.Pointer(newLimit)), uintptr(unsafe.Pointer(old)), 0, 0)
-	if errno != 0 {
-		return fmt.Errorf("prlimit: %w", errno)
-	}
-	return nil
 }
 
 // killGroup sends SIGKILL to the process group led by pid.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/codeforge/codeforge/sandbox"
@@ -272,7 +271,7 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*warmProc, error) {
 	cmd.Dir = spec.Scratch
 	cmd.Env = runpolicy.Env(spec)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = runProcAttr()
 	err = cmd.Start()
 	closeAll(inR, outW, errW)
 	if err != nil {

@@ -24,12 +24,19 @@ import (
 //	                         out/ (kept by CODEFORGE_KEEP_OUT=1), then remove
 //	                         its files; ExitNoSuchRun when there is no such run
 //	codeforge-run --check    exit 0 iff deno starts and the proxy CA is present
+//	codeforge-run --check IPV4:PORT
+//	                         the same, and a TCP connection to the proxy at
+//	                         IPV4:PORT opens within ProbeTimeout, as a run's
+//	                         would; ExitNetworkDown when it does not (the
+//	                         sandbox's network is down)
 //	codeforge-run --idle     a keepalive that reaps orphans (PID 1 in tests)
 //
 // Its exit status is deno's (128+N when signal N ended deno, followed by
 // a last stderr line SignalTrailer+N), ExitRefused when it refuses to run
 // (its message on stderr starts with MessagePrefix), and for --kill
-// ExitNoSuchRun when no such run exists.
+// ExitNoSuchRun when no such run exists; --check IPV4:PORT exits with
+// ExitNetworkDown when the sandbox cannot reach the proxy (its message
+// starts with MessagePrefix+NetworkPrefix).
 const (
 	WrapperName   = "codeforge-run"
 	WrapperPath   = "/usr/local/bin/codeforge-run"
@@ -37,6 +44,12 @@ const (
 	SignalTrailer = "codeforge-run: deno ended by signal "
 	ExitRefused   = 125
 	ExitNoSuchRun = 3
+	// ExitNetworkDown is --check IPV4:PORT's status when the connection
+	// to the proxy does not open.
+	ExitNetworkDown = 4
+	NetworkPrefix   = "network: "
+	// ProbeTimeout bounds --check's connection to the proxy.
+	ProbeTimeout = 2 * time.Second
 	// ExitKilledBeforeStart is a run's status when --kill came first.
 	ExitKilledBeforeStart = 137
 )
@@ -76,7 +89,20 @@ var (
 	runIDPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 	timeoutPattern = regexp.MustCompile(`^[0-9]{1,5}(\.[0-9]{1,3})?$`)
 	memoryPattern  = regexp.MustCompile(`^[1-9][0-9]{0,5}$`)
+	// probeAddrPattern is the one argument --check may take: the proxy
+	// as a run reaches it, an IPv4 literal and a port.
+	probeAddrPattern = regexp.MustCompile(`^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]):(?:[1-9][0-9]{0,4})$`)
 )
+
+// CheckProbeAddr says why addr cannot be --check's probe target (an
+// IPv4 literal and a port, e.g. 192.0.2.1:3128: the proxy as a run
+// reaches it).
+func CheckProbeAddr(addr string) error {
+	if !probeAddrPattern.MatchString(addr) {
+		return fmt.Errorf("--check: %s is not IPV4:PORT", trim(addr))
+	}
+	return nil
+}
 
 // Run is one run's settings as the wrapper receives them.
 type Run struct {
@@ -307,7 +333,7 @@ func parseTimeout(s string) time.Duration {
 }
 
 // ErrUsage is the wrapper's answer to arguments it does not know.
-var ErrUsage = errors.New("usage: codeforge-run [--warm | --kill RUN_ID | --collect RUN_ID | --check | --idle] (code on stdin, settings in CODEFORGE_* variables)")
+var ErrUsage = errors.New("usage: codeforge-run [--warm | --kill RUN_ID | --collect RUN_ID | --check [IPV4:PORT] | --idle] (code on stdin, settings in CODEFORGE_* variables)")
 
 func trim(s string) string {
 	if len(s) > 64 {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -84,6 +85,14 @@ func (w *wrapper) main(args []string) int {
 		code, err = w.collect(args[1])
 	case args[0] == "--check" && len(args) == 1:
 		code, err = 0, w.check()
+	case args[0] == "--check" && len(args) == 2:
+		if err = runpolicy.CheckProbeAddr(args[1]); err != nil {
+			err = refuse("%v", err)
+			break
+		}
+		if err = w.check(); err == nil {
+			code = w.probe(args[1])
+		}
 	case args[0] == "--idle" && len(args) == 1:
 		return idle()
 	default:
@@ -551,6 +560,40 @@ func (w *wrapper) check() error {
 		return refuse("%s is missing or empty: the proxy has not published its CA certificate yet", w.paths.CA)
 	}
 	return nil
+}
+
+// probe connects to the proxy at addr (IPv4:port) as a run would (this
+// user, this network namespace), for up to runpolicy.ProbeTimeout. When
+// it cannot, it says so, with the reason, and returns
+// runpolicy.ExitNetworkDown: the sandbox's network is down.
+func (w *wrapper) probe(addr string) int {
+	c, err := net.DialTimeout("tcp4", addr, runpolicy.ProbeTimeout)
+	if err == nil {
+		c.Close()
+		return 0
+	}
+	fmt.Fprintf(w.stderr, "%s%sthe sandbox cannot reach the proxy at %s (%s)\n",
+		runpolicy.MessagePrefix, runpolicy.NetworkPrefix, addr, probeReason(err))
+	return runpolicy.ExitNetworkDown
+}
+
+// probeReason words a failed connection as the C library does (e.g.
+// "Connection refused"), or says that nothing answered in time.
+func probeReason(err error) string {
+	var errno syscall.Errno
+	var ne net.Error
+	switch {
+	case errors.As(err, &errno):
+		msg := errno.Error()
+		return strings.ToUpper(msg[:1]) + msg[1:]
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("no answer within %d s", int(runpolicy.ProbeTimeout/time.Second))
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
 }
 
 // idle is the container's keepalive for tests (PID 1): it reaps the

@@ -1,14 +1,18 @@
-package server
+package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 
+	"github.com/codeforge/codeforge/dockerfilter"
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/docker"
 )
@@ -40,7 +44,7 @@ const (
 // the proxy's token file may not exist yet when the server starts, so the
 // gate reads it when first needed, and /health (Ready) stays "starting"
 // until the proxy answers and the sandbox passes its check.
-func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy.Gate, error) {
+func buildDockerBackend(cfg *config) (sandbox.Runner, gate.Gate, error) {
 	get := func(name string) string {
 		v, _ := cfg.Getenv(name)
 		return strings.TrimSpace(v)
@@ -83,21 +87,54 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 		Container:  get(envSandboxContainer),
 		MemoryMB:   cfg.MemoryMB,
 		PoolSize:   cfg.PoolSize,
+		ProbeAddr:  probeAddr(sandboxProxyURL, transparent),
 		Logger:     cfg.Logger,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	gate := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
+	cg := &controlGate{controlURL: controlURL, sandboxProxyURL: sandboxProxyURL, token: token, tokenFile: tokenFile, transparent: transparent}
 	if transparent {
 		cfg.Logger.With("component", "serve").Info("proxy in transparent mode: runs get no proxy settings; their network logs are the proxy's, not per run")
 	}
-	return &dockerRunner{Runner: runner, gate: gate}, gate, nil
+	return &dockerRunner{Runner: runner, gate: cg}, cg, nil
+}
+
+// transparentProbeAddr is where a run's connection reaches a transparent
+// proxy: any TCP connection of the sandbox user to port 443 is redirected
+// to it (deploy/transparent), and without the proxy's rules nothing
+// listens there, so the probe fails closed.
+const transparentProbeAddr = "127.0.0.1:443"
+
+// probeAddr is the address Ready has the sandbox connect to, to check the
+// sandbox → proxy path (/health reports it): the proxy's IPv4 address and
+// port from SANDBOX_PROXY_URL, or the redirected port in transparent mode.
+// A proxy URL with a host name (no DNS in the compose sandbox) gets no
+// probe.
+func probeAddr(sandboxProxyURL string, transparent bool) string {
+	if transparent {
+		return transparentProbeAddr
+	}
+	u, err := url.Parse(sandboxProxyURL)
+	if err != nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	addr := net.JoinHostPort(u.Hostname(), port)
+	if !dockerfilter.ValidProbeTarget(addr) {
+		return ""
+	}
+	return addr
 }
 
 // controlGate is the proxy's control API as a Gate, connected on first
 // use: the proxy writes its token file when it starts, which may be after
-// the server.
+// the server. The token file is read again at every use, so a token the
+// proxy made anew (its file deleted and recreated) is picked up without a
+// restart of the server.
 type controlGate struct {
 	controlURL, sandboxProxyURL string
 	token, tokenFile            string
@@ -105,16 +142,13 @@ type controlGate struct {
 	// out no per-run identities (SANDBOX_PROXY_URL=none).
 	transparent bool
 
-	mu     sync.Mutex
-	client *proxy.ControlClient
+	mu sync.Mutex
+	// client is the client for clientToken, the token last read.
+	client      *proxy.ControlClient
+	clientToken string
 }
 
 func (g *controlGate) connect() (*proxy.ControlClient, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.client != nil {
-		return g.client, nil
-	}
 	token := g.token
 	if token == "" {
 		b, err := os.ReadFile(g.tokenFile)
@@ -129,11 +163,16 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 			return nil, fmt.Errorf("control token file %s (%s) is empty or too short: the proxy may still be writing it", g.tokenFile, envControlTokenFile)
 		}
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client != nil && g.clientToken == token {
+		return g.client, nil
+	}
 	c, err := proxy.NewControlClient(g.controlURL, token, g.sandboxProxyURL, nil)
 	if err != nil {
 		return nil, err
 	}
-	g.client = c
+	g.client, g.clientToken = c, token
 	return c, nil
 }
 
@@ -141,7 +180,7 @@ func (g *controlGate) connect() (*proxy.ControlClient, error) {
 // give: the run gets no proxy settings (its traffic reaches the proxy
 // anyway) and an empty network log; the apis argument still narrows Deno's
 // own network permissions, while the proxy allows every active API.
-func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, error) {
+func (g *controlGate) Open(ctx context.Context, spec gate.RunSpec) (gate.Run, error) {
 	if g.transparent {
 		return transparentRun{}, nil
 	}
@@ -153,7 +192,7 @@ func (g *controlGate) Open(ctx context.Context, spec proxy.RunSpec) (proxy.Run, 
 }
 
 // SharedLog reports a transparent proxy, whose runs have no network log
-// of their own (proxy.SharedLogGate).
+// of their own (gate.SharedLogGate).
 func (g *controlGate) SharedLog() bool { return g.transparent }
 
 // transparentRun is a run through a transparent proxy: no proxy URL, no
@@ -162,7 +201,7 @@ type transparentRun struct{}
 
 func (transparentRun) ProxyURL() string { return "" }
 
-func (transparentRun) Finish(context.Context) ([]proxy.NetEntry, error) { return nil, nil }
+func (transparentRun) Finish(context.Context) ([]gate.NetEntry, error) { return nil, nil }
 
 // dockerRunner is the docker runner whose readiness also needs the proxy:
 // a run without it would fail its first request.

@@ -1,10 +1,15 @@
-package server
+// Package app is CodeForge's composition root: it turns flags and the
+// environment into a configuration, builds the parts a command needs (the
+// proxy and its CA, a sandbox backend, the skills store, the MCP server)
+// and wires them together. The parts themselves know nothing of each
+// other: the server consumes small interfaces (sandbox.Runner, gate.Gate)
+// and this package supplies the implementations.
+package app
 
 import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,9 +28,11 @@ import (
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/proxy/ca"
+	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/local"
+	"github.com/codeforge/codeforge/server"
 	"github.com/codeforge/codeforge/settings"
 	"github.com/codeforge/codeforge/skills"
 )
@@ -76,28 +83,25 @@ type config struct {
 }
 
 // DefaultPoolSize is how many warm Deno processes a backend keeps.
-const DefaultPoolSize = 2
+const DefaultPoolSize = sandbox.DefaultPoolSize
 
 // shutdownGrace bounds how long serve waits for requests in flight when
 // its context is cancelled.
 const shutdownGrace = 10 * time.Second
 
-// Command runs `codeforge serve`: the MCP server on --addr with the chosen
+// Serve runs `codeforge serve`: the MCP server on --addr with the chosen
 // sandbox backend. It returns when ctx is cancelled (after a graceful
 // shutdown) or when the server cannot start or keep serving.
-func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error {
+func Serve(ctx context.Context, args []string, getenv settings.Getenv, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
 	log := cfg.Logger.With("component", "serve")
 
 	var (
-		runner sandbox.Runner
-		gate   proxy.Gate
+		runner  sandbox.Runner
+		runGate gate.Gate
 		// reloadProxy hands a reloaded API set to the in-process proxy.
 		reloadProxy = func(*apis.Set) error { return nil }
 	)
@@ -109,9 +113,9 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 			return err
 		}
 		defer px.Close()
-		gate, reloadProxy = px, px.Reload
+		runGate, reloadProxy = px, px.Reload
 	case "docker":
-		runner, gate, err = buildDockerBackend(ctx, cfg)
+		runner, runGate, err = buildDockerBackend(cfg)
 		if err != nil {
 			return fmt.Errorf("docker sandbox: %w", err)
 		}
@@ -142,9 +146,9 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	}()
 	var current atomic.Pointer[apis.Set]
 	current.Store(cfg.APIs)
-	srv, err := New(Options{
+	srv, err := server.New(server.Options{
 		Runner:             runner,
-		Gate:               gate,
+		Gate:               runGate,
 		APIs:               current.Load,
 		Skills:             store,
 		Settings:           cfg.Settings,
@@ -185,10 +189,10 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 		"url", "http://"+ln.Addr().String()+"/mcp",
 		"backend", cfg.Backend,
 		"apis", len(cfg.APIs.Active()),
-		"network", networkSummary(gate, cfg.Settings.YOLO),
+		"network", networkSummary(runGate, cfg.Settings.YOLO),
 		"token", cfg.Token != "",
 		"skills_dir", cfg.SkillsDir,
-		"max_concurrent", srv.opts.MaxConcurrent)
+		"max_concurrent", cfg.MaxConcurrent)
 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -279,9 +283,9 @@ func buildLocalBackend(cfg *config) (sandbox.Runner, *proxy.Proxy, error) {
 	return runner, px, nil
 }
 
-func networkSummary(gate proxy.Gate, yolo bool) string {
+func networkSummary(g gate.Gate, yolo bool) string {
 	switch {
-	case gate == nil:
+	case g == nil:
 		return "none"
 	case yolo:
 		return "any host (YOLO)"
@@ -290,50 +294,46 @@ func networkSummary(gate proxy.Gate, yolo bool) string {
 	}
 }
 
-// parseConfig reads flags, each defaulting to its environment variable,
-// then validates and prepares directories. Every error names the flag and
-// variable to fix.
+// parseConfig decodes the flags (each defaulting to its environment
+// variable, settings.Flags) into a config, checks it, then provisions what
+// it names (files, directories, API configs). Every error names the flag
+// and variable to fix.
 func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*config, error) {
-	env := func(name, def string) string {
-		if v, ok := getenv(name); ok && strings.TrimSpace(v) != "" {
-			return strings.TrimSpace(v)
-		}
-		return def
-	}
-	fs := flag.NewFlagSet("codeforge serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fl := settings.NewFlags("codeforge serve", getenv, stderr)
 	var (
-		addr           = fs.String("addr", env("CODEFORGE_ADDR", "127.0.0.1:8080"), "listen address (CODEFORGE_ADDR)")
-		backend        = fs.String("sandbox", env("SANDBOX_BACKEND", "local"), "sandbox backend: local or docker (SANDBOX_BACKEND)")
-		apisDir        = fs.String("apis-dir", env("APIS_DIR", "./apis"), "directory of API configs <name>/config.json (APIS_DIR)")
-		skillsDir      = fs.String("skills-dir", env("SKILLS_DIR", "./data/skills"), "directory of saved skills (SKILLS_DIR)")
-		dataDir        = fs.String("data-dir", env("DATA_DIR", "./data"), "directory for the proxy CA and run scratch space (DATA_DIR)")
-		allowedHosts   = fs.String("allowed-hosts", env("CODEFORGE_ALLOWED_HOSTS", ""), "comma-separated Host values to accept; default localhost names with the listening port (CODEFORGE_ALLOWED_HOSTS)")
-		allowedOrigins = fs.String("allowed-origins", env("CODEFORGE_ALLOWED_ORIGINS", ""), "comma-separated Origin values to accept; default http://localhost:<port> and http://127.0.0.1:<port> (CODEFORGE_ALLOWED_ORIGINS)")
-		tokenFile      = fs.String("token-file", env("CODEFORGE_TOKEN_FILE", ""), "file holding the bearer token clients must send (CODEFORGE_TOKEN_FILE; or set CODEFORGE_TOKEN)")
-		maxConcurrent  = fs.String("max-concurrent", env("MAX_CONCURRENT_RUNS", strconv.Itoa(defaultConcurrency())), "runs at once (MAX_CONCURRENT_RUNS)")
-		queueLimit     = fs.String("queue-limit", env("MAX_QUEUED_RUNS", strconv.Itoa(DefaultQueueLimit)), "runs that may wait for a slot before calls get \"server busy\" (MAX_QUEUED_RUNS)")
-		maxOutput      = fs.String("max-output", env("MAX_OUTPUT_BYTES", strconv.Itoa(DefaultMaxOutput)), "bytes kept of stdout and of stderr per run (MAX_OUTPUT_BYTES)")
-		maxCode        = fs.String("max-code-bytes", env("MAX_CODE_BYTES", strconv.Itoa(DefaultMaxCodeBytes)), "largest code accepted, in bytes (MAX_CODE_BYTES)")
-		maxTimeout     = fs.String("max-timeout", env("MAX_TIMEOUT", "300s"), "largest timeout a call may ask for, e.g. 300s or 300 (MAX_TIMEOUT)")
-		defTimeout     = fs.String("default-timeout", env("DEFAULT_TIMEOUT", "30s"), "timeout of a call that gives none (DEFAULT_TIMEOUT)")
-		idleTimeout    = fs.String("session-idle-timeout", env("SESSION_IDLE_TIMEOUT", "30m"), "close MCP sessions idle this long (SESSION_IDLE_TIMEOUT)")
-		memoryMB       = fs.String("memory-mb", env("SANDBOX_MEMORY_MB", "512"), "memory limit of each run in MB (SANDBOX_MEMORY_MB)")
-		poolSize       = fs.String("pool-size", env("SANDBOX_POOL_SIZE", strconv.Itoa(DefaultPoolSize)), "warm Deno processes kept started for the next runs; 0 turns warming off (SANDBOX_POOL_SIZE)")
-		allowPrivate   = fs.String("allow-private-upstreams", env("ALLOW_PRIVATE_UPSTREAMS", "false"), "let the proxy reach loopback and private addresses (ALLOW_PRIVATE_UPSTREAMS)")
-		runRetention   = fs.String("run-retention", env("RUN_RETENTION", "24h"), "how long ended runs are kept (RUN_RETENTION)")
-		runsMaxBytes   = fs.String("runs-max-bytes", env("RUNS_MAX_BYTES", strconv.Itoa(runs.DefaultMaxTotalBytes)), "output and files of all kept runs together, in bytes; the oldest go first (RUNS_MAX_BYTES)")
-		runFileMax     = fs.String("run-file-max-bytes", env("RUN_FILE_MAX_BYTES", strconv.Itoa(runs.DefaultMaxFileBytes)), "largest file kept from a run's out/ (RUN_FILE_MAX_BYTES)")
-		runFilesMax    = fs.String("run-files-max-bytes", env("RUN_FILES_MAX_BYTES", strconv.Itoa(runs.DefaultMaxRunBytes)), "most bytes of files kept per run (RUN_FILES_MAX_BYTES)")
-		inlineImageMax = fs.String("inline-image-max-bytes", env("INLINE_IMAGE_MAX_BYTES", strconv.Itoa(DefaultInlineImageBytes)), "images up to this size come back inline (INLINE_IMAGE_MAX_BYTES)")
-		maxWait        = fs.String("max-wait", env("MAX_WAIT", "120s"), "longest run_wait timeout a call may ask for (MAX_WAIT)")
-		upstreamCA     = fs.String("upstream-ca", env("UPSTREAM_CA", ""), "PEM file of extra CA certificates the proxy trusts for upstream APIs (UPSTREAM_CA)")
+		addr, backend, apisDir, skillsDir, dataDir, allowedHosts, allowedOrigins, tokenFile string
+		maxConcurrent, queueLimit, maxOutput, maxCode, maxTimeout, defTimeout, idleTimeout  string
+		memoryMB, poolSize, upstreamCA                                                      string
+		runRetention, runsMaxBytes, runFileMax, runFilesMax, inlineImageMax, maxWait        string
+		allowPrivate                                                                        bool
 	)
-	if err := fs.Parse(args); err != nil {
+	fl.String(&addr, "addr", "CODEFORGE_ADDR", "127.0.0.1:8080", "listen address")
+	fl.String(&backend, "sandbox", "SANDBOX_BACKEND", "local", "sandbox backend: local or docker")
+	fl.String(&apisDir, "apis-dir", "APIS_DIR", "./apis", "directory of API configs <name>/config.json")
+	fl.String(&skillsDir, "skills-dir", "SKILLS_DIR", "./data/skills", "directory of saved skills")
+	fl.String(&dataDir, "data-dir", "DATA_DIR", "./data", "directory for the proxy CA and run scratch space")
+	fl.String(&allowedHosts, "allowed-hosts", "CODEFORGE_ALLOWED_HOSTS", "", "comma-separated Host values to accept; default localhost names with the listening port")
+	fl.String(&allowedOrigins, "allowed-origins", "CODEFORGE_ALLOWED_ORIGINS", "", "comma-separated Origin values to accept; default http://localhost:<port> and http://127.0.0.1:<port>")
+	fl.String(&tokenFile, "token-file", "CODEFORGE_TOKEN_FILE", "", "file holding the bearer token clients must send (or set CODEFORGE_TOKEN)")
+	fl.String(&maxConcurrent, "max-concurrent", "MAX_CONCURRENT_RUNS", strconv.Itoa(defaultConcurrency()), "runs at once")
+	fl.String(&queueLimit, "queue-limit", "MAX_QUEUED_RUNS", strconv.Itoa(server.DefaultQueueLimit), "runs that may wait for a slot before calls get \"server busy\"")
+	fl.String(&maxOutput, "max-output", "MAX_OUTPUT_BYTES", strconv.Itoa(server.DefaultMaxOutput), "bytes kept of stdout and of stderr per run")
+	fl.String(&maxCode, "max-code-bytes", "MAX_CODE_BYTES", strconv.Itoa(server.DefaultMaxCodeBytes), "largest code accepted, in bytes")
+	fl.String(&maxTimeout, "max-timeout", "MAX_TIMEOUT", "300s", "largest timeout a call may ask for, e.g. 300s or 300")
+	fl.String(&defTimeout, "default-timeout", "DEFAULT_TIMEOUT", "30s", "timeout of a call that gives none")
+	fl.String(&idleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "30m", "close MCP sessions idle this long")
+	fl.String(&memoryMB, "memory-mb", "SANDBOX_MEMORY_MB", "512", "memory limit of each run in MB")
+	fl.String(&poolSize, "pool-size", "SANDBOX_POOL_SIZE", strconv.Itoa(DefaultPoolSize), "warm Deno processes kept started for the next runs; 0 turns warming off")
+	fl.Bool(&allowPrivate, "allow-private-upstreams", "ALLOW_PRIVATE_UPSTREAMS", false, "let the proxy reach loopback and private addresses")
+	fl.String(&runRetention, "run-retention", "RUN_RETENTION", "24h", "how long ended runs are kept")
+	fl.String(&runsMaxBytes, "runs-max-bytes", "RUNS_MAX_BYTES", strconv.Itoa(runs.DefaultMaxTotalBytes), "output and files of all kept runs together, in bytes; the oldest go first")
+	fl.String(&runFileMax, "run-file-max-bytes", "RUN_FILE_MAX_BYTES", strconv.Itoa(runs.DefaultMaxFileBytes), "largest file kept from a run's out/")
+	fl.String(&runFilesMax, "run-files-max-bytes", "RUN_FILES_MAX_BYTES", strconv.Itoa(runs.DefaultMaxRunBytes), "most bytes of files kept per run")
+	fl.String(&inlineImageMax, "inline-image-max-bytes", "INLINE_IMAGE_MAX_BYTES", strconv.Itoa(server.DefaultInlineImageBytes), "images up to this size come back inline")
+	fl.String(&maxWait, "max-wait", "MAX_WAIT", "120s", "longest run_wait timeout a call may ask for")
+	fl.String(&upstreamCA, "upstream-ca", "UPSTREAM_CA", "", "PEM file of extra CA certificates the proxy trusts for upstream APIs")
+	if err := fl.Parse(args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve: unexpected argument %q (flags only; see codeforge serve -h)", fs.Arg(0))
 	}
 
 	common, err := settings.FromEnv(getenv)
@@ -341,18 +341,22 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		return nil, fmt.Errorf("settings: %w", err)
 	}
 	cfg := &config{
-		Addr:           *addr,
-		Backend:        *backend,
-		APIsDir:        *apisDir,
-		AllowedHosts:   splitList(*allowedHosts),
-		AllowedOrigins: splitList(*allowedOrigins),
-		UpstreamCAFile: *upstreamCA,
-		Settings:       common,
-		Getenv:         getenv,
-		Logger:         settings.NewLogger(stderr, common.Debug),
+		Addr:                  addr,
+		Backend:               backend,
+		APIsDir:               apisDir,
+		AllowedHosts:          settings.SplitList(allowedHosts),
+		AllowedOrigins:        settings.SplitList(allowedOrigins),
+		UpstreamCAFile:        upstreamCA,
+		AllowPrivateUpstreams: allowPrivate,
+		Settings:              common,
+		Getenv:                getenv,
+		Logger:                settings.NewLogger(stderr, common.Debug),
 	}
 	if cfg.Backend != "local" && cfg.Backend != "docker" {
 		return nil, fmt.Errorf("--sandbox (SANDBOX_BACKEND) is %q: want local or docker", cfg.Backend)
+	}
+	if cfg.Backend == "local" && common.YOLO {
+		return nil, fmt.Errorf("--sandbox local (SANDBOX_BACKEND) with YOLO_MODE=true: %w", local.ErrAllHosts)
 	}
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("--addr (CODEFORGE_ADDR) is %q: want host:port, e.g. 127.0.0.1:8080", cfg.Addr)
@@ -362,12 +366,12 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		val, name string
 		min       int
 	}{
-		{&cfg.MaxConcurrent, *maxConcurrent, "--max-concurrent (MAX_CONCURRENT_RUNS)", 1},
-		{&cfg.QueueLimit, *queueLimit, "--queue-limit (MAX_QUEUED_RUNS)", 1},
-		{&cfg.MaxOutput, *maxOutput, "--max-output (MAX_OUTPUT_BYTES)", 1024},
-		{&cfg.MaxCodeBytes, *maxCode, "--max-code-bytes (MAX_CODE_BYTES)", 1024},
-		{&cfg.MemoryMB, *memoryMB, "--memory-mb (SANDBOX_MEMORY_MB)", 16},
-		{&cfg.PoolSize, *poolSize, "--pool-size (SANDBOX_POOL_SIZE)", 0},
+		{&cfg.MaxConcurrent, maxConcurrent, "--max-concurrent (MAX_CONCURRENT_RUNS)", 1},
+		{&cfg.QueueLimit, queueLimit, "--queue-limit (MAX_QUEUED_RUNS)", 1},
+		{&cfg.MaxOutput, maxOutput, "--max-output (MAX_OUTPUT_BYTES)", 1024},
+		{&cfg.MaxCodeBytes, maxCode, "--max-code-bytes (MAX_CODE_BYTES)", 1024},
+		{&cfg.MemoryMB, memoryMB, "--memory-mb (SANDBOX_MEMORY_MB)", 16},
+		{&cfg.PoolSize, poolSize, "--pool-size (SANDBOX_POOL_SIZE)", 0},
 	}
 	for _, f := range ints {
 		n, err := strconv.Atoi(strings.TrimSpace(f.val))
@@ -381,10 +385,10 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		val, name string
 		min       int64
 	}{
-		{&cfg.RunsMaxBytes, *runsMaxBytes, "--runs-max-bytes (RUNS_MAX_BYTES)", 1 << 20},
-		{&cfg.RunFileMaxBytes, *runFileMax, "--run-file-max-bytes (RUN_FILE_MAX_BYTES)", 1},
-		{&cfg.RunFilesMaxBytes, *runFilesMax, "--run-files-max-bytes (RUN_FILES_MAX_BYTES)", 1},
-		{&cfg.InlineImageBytes, *inlineImageMax, "--inline-image-max-bytes (INLINE_IMAGE_MAX_BYTES)", 1},
+		{&cfg.RunsMaxBytes, runsMaxBytes, "--runs-max-bytes (RUNS_MAX_BYTES)", 1 << 20},
+		{&cfg.RunFileMaxBytes, runFileMax, "--run-file-max-bytes (RUN_FILE_MAX_BYTES)", 1},
+		{&cfg.RunFilesMaxBytes, runFilesMax, "--run-files-max-bytes (RUN_FILES_MAX_BYTES)", 1},
+		{&cfg.InlineImageBytes, inlineImageMax, "--inline-image-max-bytes (INLINE_IMAGE_MAX_BYTES)", 1},
 	}
 	for _, f := range int64s {
 		n, err := strconv.ParseInt(strings.TrimSpace(f.val), 10, 64)
@@ -397,11 +401,11 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		dst       *time.Duration
 		val, name string
 	}{
-		{&cfg.MaxTimeout, *maxTimeout, "--max-timeout (MAX_TIMEOUT)"},
-		{&cfg.DefaultTimeout, *defTimeout, "--default-timeout (DEFAULT_TIMEOUT)"},
-		{&cfg.SessionIdleTimeout, *idleTimeout, "--session-idle-timeout (SESSION_IDLE_TIMEOUT)"},
-		{&cfg.RunRetention, *runRetention, "--run-retention (RUN_RETENTION)"},
-		{&cfg.MaxWait, *maxWait, "--max-wait (MAX_WAIT)"},
+		{&cfg.MaxTimeout, maxTimeout, "--max-timeout (MAX_TIMEOUT)"},
+		{&cfg.DefaultTimeout, defTimeout, "--default-timeout (DEFAULT_TIMEOUT)"},
+		{&cfg.SessionIdleTimeout, idleTimeout, "--session-idle-timeout (SESSION_IDLE_TIMEOUT)"},
+		{&cfg.RunRetention, runRetention, "--run-retention (RUN_RETENTION)"},
+		{&cfg.MaxWait, maxWait, "--max-wait (MAX_WAIT)"},
 	}
 	for _, d := range durations {
 		v, err := parseDuration(d.val)
@@ -413,35 +417,43 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	if cfg.DefaultTimeout > cfg.MaxTimeout {
 		return nil, fmt.Errorf("--default-timeout (DEFAULT_TIMEOUT) %s is over --max-timeout (MAX_TIMEOUT) %s", cfg.DefaultTimeout, cfg.MaxTimeout)
 	}
-	if cfg.AllowPrivateUpstreams, err = strconv.ParseBool(*allowPrivate); err != nil {
-		return nil, fmt.Errorf("--allow-private-upstreams (ALLOW_PRIVATE_UPSTREAMS) is %q: want true or false", *allowPrivate)
-	}
-
-	if cfg.Token, err = readToken(*tokenFile, getenv); err != nil {
+	if err := cfg.provision(tokenFile, dataDir, skillsDir); err != nil {
 		return nil, err
+	}
+	return cfg, nil
+}
+
+// provision reads the files and makes the directories a checked
+// configuration names: the bearer token, the upstream CA, the data and
+// skills directories, and the API configs (with their secrets on the
+// local backend, token names only on docker).
+func (cfg *config) provision(tokenFile, dataDir, skillsDir string) error {
+	var err error
+	if cfg.Token, err = readToken(tokenFile, cfg.Getenv); err != nil {
+		return err
 	}
 	if cfg.UpstreamCAFile != "" {
-		if cfg.UpstreamRoots, err = loadRoots(cfg.UpstreamCAFile); err != nil {
-			return nil, err
+		if cfg.UpstreamRoots, err = ca.LoadUpstreamRoots(cfg.UpstreamCAFile); err != nil {
+			return fmt.Errorf("--upstream-ca (UPSTREAM_CA): %w", err)
 		}
 	}
-	if cfg.DataDir, err = ensureDir(*dataDir, "--data-dir (DATA_DIR)", 0o700); err != nil {
-		return nil, err
+	if cfg.DataDir, err = ensureDir(dataDir, "--data-dir (DATA_DIR)", 0o700); err != nil {
+		return err
 	}
-	if cfg.SkillsDir, err = ensureDir(*skillsDir, "--skills-dir (SKILLS_DIR)", 0o755); err != nil {
-		return nil, err
+	if cfg.SkillsDir, err = ensureDir(skillsDir, "--skills-dir (SKILLS_DIR)", 0o755); err != nil {
+		return err
 	}
 	// The Docker deployment keeps every secret in the proxy container: its
 	// server reads token names only. The local backend's in-process proxy
 	// needs the values.
-	cfg.loadAPIs = func(dir string) (*apis.Set, error) { return apis.Load(dir, getenv) }
+	cfg.loadAPIs = func(dir string) (*apis.Set, error) { return apis.Load(dir, cfg.Getenv) }
 	if cfg.Backend == "docker" {
 		cfg.loadAPIs = apis.LoadNames
 	}
 	if cfg.APIs, err = cfg.loadAPIs(cfg.APIsDir); err != nil {
-		return nil, fmt.Errorf("API configs in %s (--apis-dir, APIS_DIR):\n%w", cfg.APIsDir, err)
+		return fmt.Errorf("API configs in %s (--apis-dir, APIS_DIR):\n%w", cfg.APIsDir, err)
 	}
-	return cfg, nil
+	return nil
 }
 
 func defaultConcurrency() int {
@@ -470,21 +482,6 @@ func readToken(file string, getenv settings.Getenv) (string, error) {
 	return tok, nil
 }
 
-func loadRoots(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("--upstream-ca (UPSTREAM_CA): %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--upstream-ca (UPSTREAM_CA) %s holds no PEM certificate", file)
-	}
-	return pool, nil
-}
-
 // ensureDir makes dir (and parents) when missing and returns its absolute path.
 func ensureDir(dir, what string, perm os.FileMode) (string, error) {
 	if strings.TrimSpace(dir) == "" {
@@ -498,16 +495,6 @@ func ensureDir(dir, what string, perm os.FileMode) (string, error) {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	return abs, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // parseDuration accepts plain seconds ("300", "2.5") or a Go duration ("5m").

@@ -1,7 +1,8 @@
-package server
+package app
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/internal/testenv"
+	"github.com/codeforge/codeforge/settings"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -44,7 +46,7 @@ func TestCommandServes(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Command(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
+		done <- Serve(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
 			"--max-concurrent", "3", "--memory-mb", "256"}, envMap(env), &stderr)
 	}()
 	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
@@ -148,6 +150,7 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 		{"bad addr", []string{"--addr", "8080"}, nil, []string{"--addr (CODEFORGE_ADDR)", "host:port"}},
 		{"bad bool", nil, map[string]string{"ALLOW_PRIVATE_UPSTREAMS": "maybe"}, []string{"ALLOW_PRIVATE_UPSTREAMS"}},
 		{"bad YOLO", nil, map[string]string{"YOLO_MODE": "sure"}, []string{"YOLO_MODE"}},
+		{"YOLO on the local backend", nil, map[string]string{"YOLO_MODE": "true"}, []string{"--sandbox local", "YOLO_MODE", "Deno.connect", "169.254.169.254", "Docker"}},
 		{"bad API config", []string{"--apis-dir", badAPIs}, nil, []string{"config.json", "APIS_DIR"}},
 		{"two tokens", []string{"--token-file", emptyToken}, map[string]string{"CODEFORGE_TOKEN": "x"}, []string{"both CODEFORGE_TOKEN and --token-file"}},
 		{"empty token file", []string{"--token-file", emptyToken}, nil, []string{"is empty"}},
@@ -170,7 +173,7 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 			var stderr syncBuffer
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			err := Command(ctx, args, envMap(env), &stderr)
+			err := Serve(ctx, args, envMap(env), &stderr)
 			if err == nil {
 				t.Fatalf("serve started with a bad setting; log:\n%s", stderr.String())
 			}
@@ -187,20 +190,35 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 }
 
 // TestCommandReloadsAPIsOnSIGHUP: SIGHUP re-reads the API configs for the
-// server and its in-process proxy; an invalid new set is logged and the
-// old one kept.
+// server and its in-process proxy, with the .env file as it is now (a new
+// API whose secret was just added to .env loads without a restart; it
+// failed with "SECOND_KEY is not set" while .env was read only at start);
+// an invalid new set is logged and the old one kept.
 func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	deno := testenv.Deno(t)
 	dir := t.TempDir()
 	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["first.test"], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
-	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret", "SECOND_KEY": "second-secret"}
+	// As the README's "Adding an API" says: the new API's secret goes in
+	// .env, then SIGHUP; no restart. main hands serve a Dotenv over the
+	// process environment; here the "process environment" is a map.
+	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret"}
+	dotenvPath := filepath.Join(dir, ".env")
+	writeFile(t, dotenvPath, "# secrets\n")
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(dotenvPath, old, old); err != nil {
+		t.Fatal(err)
+	}
+	dotenv, err := settings.NewDotenv(envMap(env), dotenvPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Command(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
-			"--skills-dir", filepath.Join(dir, "skills")}, envMap(env), &stderr)
+		done <- Serve(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
+			"--skills-dir", filepath.Join(dir, "skills")}, dotenv.Lookup, &stderr)
 	}()
 	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
 	var url string
@@ -249,6 +267,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 		t.Fatalf("list_apis before reload: %s", text)
 	}
 	writeFile(t, filepath.Join(apisDir, "second", "config.json"), `{"domains": ["second.test"], "credentials": {"SECOND_TOKEN": "${SECOND_KEY}"}}`)
+	writeFile(t, dotenvPath, "# secrets\nSECOND_KEY=second-secret\n")
 	hupAndWait("API configs reloaded", 1)
 	if text := listAPIs(); !strings.Contains(text, "SECOND_TOKEN") {
 		t.Errorf("list_apis after reload lacks the new API: %s", text)
@@ -271,5 +290,89 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serve: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing after a generous bound.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allText joins a tool result's text blocks.
+func allText(res *mcp.CallToolResult) string {
+	var out []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			out = append(out, tc.Text)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// writeAPIs writes apis/<name>/config.json files into a new directory.
+func writeAPIs(t testing.TB, configs map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, cfg := range configs {
+		writeFile(t, filepath.Join(dir, name, "config.json"), cfg)
+	}
+	return dir
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeOnOffFlagsAreBooleans: --allow-private-upstreams is a boolean
+// flag, as on `codeforge proxy`: given alone it means true and does not
+// swallow the next flag (it was a string flag, so `--allow-private-upstreams
+// --upstream-ca ca.pem` failed with unexpected argument "ca.pem").
+func TestServeOnOffFlagsAreBooleans(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	caFile := testenv.NewCA(t).WritePEM(t, dir)
+	base := []string{"--apis-dir", filepath.Join(dir, "apis"), "--skills-dir", filepath.Join(dir, "skills"), "--data-dir", filepath.Join(dir, "data")}
+	cfg, err := parseConfig(append(base, "--allow-private-upstreams", "--upstream-ca", caFile), envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("--allow-private-upstreams --upstream-ca FILE: %v", err)
+	}
+	if !cfg.AllowPrivateUpstreams || cfg.UpstreamRoots == nil {
+		t.Errorf("AllowPrivateUpstreams %v, UpstreamRoots %v; want both set", cfg.AllowPrivateUpstreams, cfg.UpstreamRoots)
+	}
+	cfg, err = parseConfig(append(base, "--allow-private-upstreams=false"), envMap(map[string]string{"ALLOW_PRIVATE_UPSTREAMS": "true"}), io.Discard)
+	if err != nil || cfg.AllowPrivateUpstreams {
+		t.Errorf("the flag must win over the variable: %v, %+v", err, cfg)
+	}
+}
+
+// TestUpstreamCAIsLoadedStrictly: serve's in-process proxy loads
+// --upstream-ca as `codeforge proxy` does: a certificate block that does
+// not parse is an error naming it (serve used to skip it silently).
+func TestUpstreamCAIsLoadedStrictly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, err := os.ReadFile(testenv.NewCA(t).WritePEM(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := filepath.Join(dir, "mixed.pem")
+	writeFile(t, mixed, string(good)+"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+	_, err = parseConfig([]string{"--apis-dir", filepath.Join(dir, "apis"), "--skills-dir", filepath.Join(dir, "skills"),
+		"--data-dir", filepath.Join(dir, "data"), "--upstream-ca", mixed}, envMap(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--upstream-ca (UPSTREAM_CA)") || !strings.Contains(err.Error(), "certificate 2") {
+		t.Errorf("serve with a broken second certificate: %v; want an error naming the flag and the block", err)
 	}
 }

@@ -4,7 +4,7 @@
 // codeforge-run (./cmd/codeforge-run, built static), a container of it hardened like the
 // compose service, and a socket filter (package dockerfilter) in-process
 // in front of the real engine. Everything it starts is removed by
-// t.Cleanup. A missing engine or deno fails the test.
+// t.Cleanup. A missing engine or deno stops the test (testenv.Missing).
 package dockertest
 
 import (
