@@ -44,7 +44,7 @@ func TestHostAndOriginLookalikes(t *testing.T) {
 	for _, origin := range refusedOrigins {
 		status, body := post(t, url, "", map[string]string{"Origin": origin}, initializeBody)
 		if status != 403 || !strings.Contains(body, "Origin") {
-			t.Errorf("Origin %q: %d %q, want 403 naming the Origin", origin, status, body)
+			t.Errorf("Origin %q: %d %.120q, want 403 naming the Origin", origin, status, body)
 		}
 	}
 	refusedHosts := []string{
@@ -64,7 +64,7 @@ func TestHostAndOriginLookalikes(t *testing.T) {
 	for _, host := range refusedHosts {
 		status, body := post(t, url, host, nil, initializeBody)
 		if status != 403 || !strings.Contains(body, "Host") {
-			t.Errorf("Host %q: %d %q, want 403 naming the Host", host, status, body)
+			t.Errorf("Host %q: %d %.120q, want 403 naming the Host", host, status, body)
 		}
 	}
 	// Controls: the real values, in any case, pass.
