@@ -419,3 +419,32 @@ func TestReaderSourceErrorAfterExpansionKeepsDecidedOutput(t *testing.T) {
 		t.Errorf("got %d bytes; want %d (all decided output, no undecided tail)", len(got), len(want))
 	}
 }
+
+// TestReaderOutputStaysWithinOneChunk: one fill produces at most one chunk
+// of output plus the rest of one replacement, also when a replacement comes
+// first and a long run without patterns follows (which is copied in bulk).
+func TestReaderOutputStaysWithinOneChunk(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("V", 1000)
+	r := mustNew(t, map[string]string{"k": big})
+	in := "k" + strings.Repeat("x", 3*chunk) + "k" + strings.Repeat("y", chunk+7)
+	rd := r.Reader(strings.NewReader(in))
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		n, err := rd.Read(buf)
+		out.Write(buf[:n])
+		if len(rd.out) > chunk+len(big)-1 {
+			t.Fatalf("one fill produced %d bytes; the bound is a chunk plus one replacement (%d)", len(rd.out), chunk+len(big)-1)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := strings.ReplaceAll(in, "k", big); out.String() != want {
+		t.Fatalf("got %d bytes, want %d", out.Len(), len(want))
+	}
+}
