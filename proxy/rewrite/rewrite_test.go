@@ -448,3 +448,27 @@ func TestReaderOutputStaysWithinOneChunk(t *testing.T) {
 		t.Fatalf("got %d bytes, want %d", out.Len(), len(want))
 	}
 }
+
+// TestReaderPatternLongerThanAChunk: a value longer than the Reader's read
+// chunk (a long key file pasted as a credential) is still found whole,
+// also across reads, and a long prefix of it that ends early is passed on.
+func TestReaderPatternLongerThanAChunk(t *testing.T) {
+	t.Parallel()
+	long := "L" + strings.Repeat("abcdefghijk", (chunk+5000)/11) + "Q"
+	r := mustNew(t, map[string]string{long: "LONG_TOKEN"})
+	in := "a" + long + "b" + long[:100] + "c" + long
+	want := "aLONG_TOKENb" + long[:100] + "cLONG_TOKEN"
+	for name, src := range map[string]func() io.Reader{
+		"whole":   func() io.Reader { return strings.NewReader(in) },
+		"chunked": func() io.Reader { return &chunkReader{data: []byte(in), sizes: []int{7000, 1, 30000}} },
+	} {
+		rd := r.Reader(src())
+		got, err := io.ReadAll(rd)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(got) != want || rd.Count() != 2 {
+			t.Errorf("%s: got %d bytes with %d replacements, want %d bytes with 2", name, len(got), rd.Count(), len(want))
+		}
+	}
+}
