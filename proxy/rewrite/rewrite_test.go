@@ -472,3 +472,42 @@ func TestReaderPatternLongerThanAChunk(t *testing.T) {
 		}
 	}
 }
+
+// badCounts returns first, then claims to have read more than it was
+// given room for (or a negative count).
+type badCounts struct {
+	first string
+	n     func(room int) int
+	step  int
+}
+
+func (b *badCounts) Read(p []byte) (int, error) {
+	b.step++
+	if b.step == 1 {
+		return copy(p, b.first), nil
+	}
+	return b.n(len(p)), nil
+}
+
+// TestReaderRejectsInvalidCounts: a source that breaks io.Reader's
+// contract gets an error, never a panic or bytes from outside the buffer,
+// also while part of a pattern is held back.
+func TestReaderRejectsInvalidCounts(t *testing.T) {
+	t.Parallel()
+	r := mustNew(t, map[string]string{"sk_live_SECRET": "TOKEN"})
+	for name, n := range map[string]func(int) int{
+		"one more than room": func(room int) int { return room + 1 },
+		"negative":           func(int) int { return -1 },
+	} {
+		// The first read ends in a pattern prefix, so bytes are held back
+		// when the bad count arrives.
+		rd := r.Reader(&badCounts{first: "ok sk_live_SE", n: n})
+		got, err := io.ReadAll(rd)
+		if err == nil || !strings.Contains(err.Error(), "invalid count") {
+			t.Errorf("%s: err = %v, want an invalid count error", name, err)
+		}
+		if strings.Contains(string(got), "sk_live_SE") {
+			t.Errorf("%s: the held-back prefix was passed on: %q", name, got)
+		}
+	}
+}
