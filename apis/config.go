@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -70,6 +71,26 @@ type Config struct {
 	// any case, stored upper case. Optional.
 	RestrictedMethods []string `json:"restricted_methods"`
 
+	// AllowedMethods, when set, are the only HTTP methods the proxy lets
+	// through to this API's hosts; every other method, and every method
+	// override naming one, gets the same permanent 403. It is the stronger
+	// form of RestrictedMethods (a deny-list misses the override nobody
+	// thought of) and cannot be combined with it. Same spelling rules.
+	// Optional.
+	AllowedMethods []string `json:"allowed_methods"`
+
+	// SubstituteIn lists the parts of a request in which token names are
+	// replaced by their values: "headers", "query", "path", "body".
+	// Default ["headers"]. Anywhere else a token name travels as the
+	// literal name, so code cannot make the API store or forward a secret
+	// (a webhook URL, a comment, a stored object) unless the API opted in.
+	SubstituteIn []string `json:"substitute_in"`
+
+	// Ports are the TCP ports of the API's hosts to which credentials may
+	// be sent, always over verified TLS. Default [443]. A request that
+	// would put a credential in cleartext or on another port is refused.
+	Ports []int `json:"ports"`
+
 	// Active turns the API off when false: it is then hidden from
 	// list_apis, execute_code and the proxy, but still validated, so
 	// switching it back on can never break startup. Default true.
@@ -96,6 +117,7 @@ const (
 	kindStringList
 	kindStringMap
 	kindBool
+	kindPortList
 )
 
 func (k fieldKind) String() string {
@@ -106,6 +128,8 @@ func (k fieldKind) String() string {
 		return "an array of strings"
 	case kindStringMap:
 		return "an object whose values are strings"
+	case kindPortList:
+		return "an array of port numbers"
 	default:
 		return "true or false"
 	}
@@ -121,6 +145,9 @@ var configFields = []struct {
 	{"credentials", kindStringMap},
 	{"reference", kindString},
 	{"restricted_methods", kindStringList},
+	{"allowed_methods", kindStringList},
+	{"substitute_in", kindStringList},
+	{"ports", kindPortList},
 	{"active", kindBool},
 }
 
@@ -271,7 +298,7 @@ func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, t
 			mismatch(key, kind.String(), tok, pos)
 			return skipValue(dec, tok)
 		}
-	case kindStringList:
+	case kindStringList, kindPortList:
 		if d, ok := tok.(json.Delim); !ok || d != '[' {
 			mismatch(key, kind.String(), tok, pos)
 			return skipValue(dec, tok)
@@ -281,6 +308,19 @@ func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, t
 			el, err := dec.Token()
 			if err != nil {
 				return err
+			}
+			if kind == kindPortList {
+				if n, ok := el.(json.Number); !ok || !isPort(n) {
+					if ok {
+						fe.add("%s[%d]: %s at %s is not a TCP port; want a whole number from 1 to 65535, e.g. 443", key, i, n, elPos)
+					} else {
+						mismatch(fmt.Sprintf("%s[%d]", key, i), "a port number", el, elPos)
+					}
+					if err := skipValue(dec, el); err != nil {
+						return err
+					}
+				}
+				continue
 			}
 			if _, ok := el.(string); !ok {
 				mismatch(fmt.Sprintf("%s[%d]", key, i), "a string", el, elPos)
@@ -325,6 +365,12 @@ func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, t
 		return err
 	}
 	return nil
+}
+
+// isPort reports whether n is a whole number from 1 to 65535.
+func isPort(n json.Number) bool {
+	v, err := strconv.Atoi(n.String())
+	return err == nil && v >= 1 && v <= 65535
 }
 
 // skipValue consumes the rest of a value whose first token is tok.
@@ -475,22 +521,74 @@ func validate(fe *fileErrors, name string, c *Config, getenv func(string) (strin
 		}
 	}
 
-	methodSeen := map[string]int{}
-	for i, raw := range c.RestrictedMethods {
-		m := strings.ToUpper(strings.TrimSpace(raw))
-		if !slices.Contains(standardMethods, m) {
-			fe.add("restricted_methods[%d] %q: unknown HTTP method; want one of %s", i, raw, strings.Join(standardMethods, ", "))
-			continue
-		}
-		if j, dup := methodSeen[m]; dup {
-			fe.add("restricted_methods[%d] %q: duplicate of restricted_methods[%d]; list each method once", i, raw, j)
-			continue
-		}
-		methodSeen[m] = i
-		api.RestrictedMethods = append(api.RestrictedMethods, m)
+	api.RestrictedMethods = methodList(fe, "restricted_methods", c.RestrictedMethods)
+	api.AllowedMethods = methodList(fe, "allowed_methods", c.AllowedMethods)
+	if c.RestrictedMethods != nil && c.AllowedMethods != nil {
+		fe.add("restricted_methods and allowed_methods: set one or the other, not both; allowed_methods (only these methods pass) is the stronger choice")
+	} else if c.AllowedMethods != nil && len(c.AllowedMethods) == 0 {
+		fe.add(`allowed_methods: empty list would refuse every request; list the methods to let through, e.g. ["GET", "HEAD"], or leave the field out`)
 	}
-	slices.Sort(api.RestrictedMethods)
+
+	api.SubstituteIn = []string{PlaceHeaders}
+	if c.SubstituteIn != nil {
+		api.SubstituteIn = nil
+		seen := map[string]int{}
+		for i, raw := range c.SubstituteIn {
+			place := strings.ToLower(strings.TrimSpace(raw))
+			if !slices.Contains(Places, place) {
+				fe.add("substitute_in[%d] %q: unknown place; want one of %s", i, raw, strings.Join(Places, ", "))
+				continue
+			}
+			if j, dup := seen[place]; dup {
+				fe.add("substitute_in[%d] %q: duplicate of substitute_in[%d]; list each place once", i, raw, j)
+				continue
+			}
+			seen[place] = i
+			api.SubstituteIn = append(api.SubstituteIn, place)
+		}
+		slices.Sort(api.SubstituteIn)
+	}
+
+	api.Ports = []int{443}
+	if c.Ports != nil {
+		if len(c.Ports) == 0 {
+			fe.add("ports: empty list would let credentials go nowhere; list the HTTPS ports, e.g. [443, 8443], or leave the field out for [443]")
+		}
+		api.Ports = nil
+		seen := map[int]int{}
+		for i, port := range c.Ports {
+			if j, dup := seen[port]; dup {
+				fe.add("ports[%d] %d: duplicate of ports[%d]; list each port once", i, port, j)
+				continue
+			}
+			seen[port] = i
+			api.Ports = append(api.Ports, port)
+		}
+		slices.Sort(api.Ports)
+	}
 	return api
+}
+
+// methodList validates a list of HTTP methods (restricted_methods or
+// allowed_methods) and returns them upper case and sorted.
+func methodList(fe *fileErrors, field string, raw []string) []string {
+	var out []string
+	seen := map[string]int{}
+	for i, r := range raw {
+		m := strings.ToUpper(strings.TrimSpace(r))
+		if !slices.Contains(standardMethods, m) {
+			fe.add("%s[%d] %q: unknown HTTP method; want one of %s", field, i, r, strings.Join(standardMethods, ", "))
+			continue
+		}
+		if j, dup := seen[m]; dup {
+			fe.add("%s[%d] %q: duplicate of %s[%d]; list each method once", field, i, r, field, j)
+			continue
+		}
+		seen[m] = i
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // resolveValue checks one credential value, reading a "${NAME}" reference

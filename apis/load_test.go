@@ -158,12 +158,32 @@ func TestLoadRejects(t *testing.T) {
 			nil, []string{`@a: restricted_methods[1] "FETCH": unknown HTTP method; want one of CONNECT, DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT, TRACE`}, ""},
 		{"duplicate method", map[string]string{"a/config.json": cfg(`["a.com"]`, `"restricted_methods": ["get", "GET"]`)},
 			nil, []string{`@a: restricted_methods[1] "GET": duplicate of restricted_methods[0]`}, ""},
+		{"restricted and allowed methods together", map[string]string{"a/config.json": cfg(`["a.com"]`, `"restricted_methods": ["DELETE"]`, `"allowed_methods": ["GET"]`)},
+			nil, []string{`@a: restricted_methods and allowed_methods: set one or the other, not both`}, ""},
+		{"empty allowed methods", map[string]string{"a/config.json": cfg(`["a.com"]`, `"allowed_methods": []`)},
+			nil, []string{`@a: allowed_methods: empty list would refuse every request`}, ""},
+		{"unknown allowed method", map[string]string{"a/config.json": cfg(`["a.com"]`, `"allowed_methods": ["GET", "get", "BREW"]`)},
+			nil, []string{`@a: allowed_methods[1] "get": duplicate of allowed_methods[0]`, `@a: allowed_methods[2] "BREW": unknown HTTP method`}, ""},
+		{"unknown substitution place", map[string]string{"a/config.json": cfg(`["a.com"]`, `"substitute_in": ["headers", "cookies", "Body", "body"]`)},
+			nil, []string{`@a: substitute_in[1] "cookies": unknown place; want one of headers, query, path, body`, `@a: substitute_in[3] "body": duplicate of substitute_in[2]`}, ""},
+		{"substitution place not a string", map[string]string{"a/config.json": cfg(`["a.com"]`, `"substitute_in": "body"`)},
+			nil, []string{`@a: substitute_in: want an array of strings, got a string`}, ""},
+		{"bad ports", map[string]string{"a/config.json": cfg(`["a.com"]`, `"ports": [443, 0, 70000, 8.5, "8443", 443]`)},
+			nil, []string{
+				`@a: ports[1]: 0 at line 3, column 18 is not a TCP port; want a whole number from 1 to 65535`,
+				`@a: ports[2]: 70000 at`, `@a: ports[3]: 8.5 at`,
+				`@a: ports[4]: want a port number, got a string`,
+			}, ""},
+		{"duplicate port", map[string]string{"a/config.json": cfg(`["a.com"]`, `"ports": [443, 8443, 443]`)},
+			nil, []string{`@a: ports[2] 443: duplicate of ports[0]`}, ""},
+		{"empty ports", map[string]string{"a/config.json": cfg(`["a.com"]`, `"ports": []`)},
+			nil, []string{`@a: ports: empty list would let credentials go nowhere`}, ""},
 		{"bad reference", map[string]string{"a/config.json": cfg(`["a.com"]`, `"reference": "docs.a.com/api"`)},
 			nil, []string{`@a: reference "docs.a.com/api": want an absolute http(s) URL`}, ""},
 		{"non-http reference", map[string]string{"a/config.json": cfg(`["a.com"]`, `"reference": "ftp://a.com/"`)},
 			nil, []string{`@a: reference "ftp://a.com/": want an absolute http(s) URL`}, ""},
 		{"unknown field", map[string]string{"a/config.json": "{\n  \"domain\": [\"a.com\"]\n}"},
-			nil, []string{`@a: unknown field "domain" at line 2, column 3 (did you mean "domains"?); known fields: description, domains, credentials, reference, restricted_methods, active`}, ""},
+			nil, []string{`@a: unknown field "domain" at line 2, column 3 (did you mean "domains"?); known fields: description, domains, credentials, reference, restricted_methods, allowed_methods, substitute_in, ports, active`}, ""},
 		{"field name in wrong case", map[string]string{"a/config.json": `{"Domains": ["a.com"]}`},
 			nil, []string{`@a: unknown field "Domains" at line 1, column 2 (did you mean "domains"?)`}, ""},
 		{"duplicate key", map[string]string{"a/config.json": "{\"domains\": [\"a.com\"],\n\"domains\": [\"b.com\"]}"},
@@ -248,6 +268,7 @@ func TestLoadAccepts(t *testing.T) {
 			"restricted_methods": ["delete", "Put"]
 		}`,
 		"bom/config.json":             "\xef\xbb\xbf" + cfg(`["bom.example.net"]`),
+		"opted/config.json":           cfg(`["opted.example.net"]`, `"substitute_in": ["Body", "query", "headers", "path"]`, `"ports": [8443, 443]`, `"allowed_methods": ["get", "HEAD"]`),
 		"stripe/types.d.ts":           "export {};\n",
 		"off/config.json":             cfg(`["off.example.net"]`, `"active": false`),
 		"example/config.json.example": "not even JSON",
@@ -259,7 +280,7 @@ func TestLoadAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(set.All()); !slices.Equal(got, []string{"bom", "off", "stripe"}) {
+	if got := names(set.All()); !slices.Equal(got, []string{"bom", "off", "opted", "stripe"}) {
 		t.Fatalf("All() = %v", got)
 	}
 	s, ok := set.Get("stripe")
@@ -284,6 +305,16 @@ func TestLoadAccepts(t *testing.T) {
 	if !s.Active {
 		t.Error("Active defaulted to false")
 	}
+	// The safe defaults: credentials in headers only, to port 443 only.
+	if !slices.Equal(s.SubstituteIn, []string{"headers"}) || !slices.Equal(s.Ports, []int{443}) || s.AllowedMethods != nil {
+		t.Errorf("defaults: SubstituteIn=%v Ports=%v AllowedMethods=%v", s.SubstituteIn, s.Ports, s.AllowedMethods)
+	}
+	if s.SubstitutesIn("body") || !s.SubstitutesIn("headers") || !s.AllowsPort(443) || s.AllowsPort(80) {
+		t.Error("SubstitutesIn/AllowsPort disagree with the defaults")
+	}
+	if s.MethodAllowed("DELETE") || !s.MethodAllowed("GET") || !s.HasMethodRules() {
+		t.Error("MethodAllowed disagrees with restricted_methods")
+	}
 	if s.Reference != "https://docs.stripe.com/api" {
 		t.Errorf("Reference = %q", s.Reference)
 	}
@@ -292,6 +323,14 @@ func TestLoadAccepts(t *testing.T) {
 	}
 	if want := filepath.Join(dir, "stripe", "config.json"); s.ConfigPath != want {
 		t.Errorf("ConfigPath = %q, want %q", s.ConfigPath, want)
+	}
+	opted, _ := set.Get("opted")
+	if !slices.Equal(opted.SubstituteIn, []string{"body", "headers", "path", "query"}) || !slices.Equal(opted.Ports, []int{443, 8443}) ||
+		!slices.Equal(opted.AllowedMethods, []string{"GET", "HEAD"}) {
+		t.Errorf("opted: SubstituteIn=%v Ports=%v AllowedMethods=%v", opted.SubstituteIn, opted.Ports, opted.AllowedMethods)
+	}
+	if opted.MethodAllowed("POST") || !opted.MethodAllowed("HEAD") || !opted.SubstitutesIn("body") || !opted.AllowsPort(8443) {
+		t.Error("opted: allowed_methods, substitute_in or ports not applied")
 	}
 	off := set.All()[1]
 	if off.Active || off.TypesPath != "" {

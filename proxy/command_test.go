@@ -46,7 +46,7 @@ func TestCommand(t *testing.T) {
 		localSecret string // what ${LOCAL_SECRET} resolves to
 	)
 	writeLocal := func(value string, extra map[string]any) {
-		cfg := map[string]any{"domains": []string{"localhost"}, "credentials": map[string]string{"LOCAL_TOKEN": "${LOCAL_SECRET}"}}
+		cfg := map[string]any{"domains": []string{"localhost"}, "credentials": map[string]string{"LOCAL_TOKEN": "${LOCAL_SECRET}"}, "ports": upstreamPorts(t)}
 		for k, v := range extra {
 			cfg[k] = v
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/codeforge/codeforge/proxy/rewrite"
 )
 
 const (
@@ -124,6 +121,10 @@ type exchange struct {
 	log   *slog.Logger
 	start time.Time
 
+	// bodyRefusal, set for a streamed request body, returns the refusal
+	// to answer with when the body held a token name that must not travel.
+	bodyRefusal func() *http.Response
+
 	mu       sync.Mutex
 	injected bool
 	bytesOut int64
@@ -164,11 +165,21 @@ func (p *Proxy) forward(in *http.Request, t *target) *http.Response {
 	if allowed {
 		fwd = x.rules
 	}
-	out, err := x.outgoing(fwd)
-	if err != nil {
-		return x.refuse(http.StatusBadRequest, "bad_request", "codeforge proxy: "+p.scrub(err.Error()))
+	out, refused := x.outgoing(fwd)
+	if refused != nil {
+		return refused
 	}
 	resp, err := p.transport.RoundTrip(out)
+	if x.bodyRefusal != nil {
+		// The request body held a token name that must not travel; the
+		// stream was cut before it, and the answer (if any) is dropped.
+		if refused := x.bodyRefusal(); refused != nil {
+			if resp != nil {
+				_ = resp.Body.Close()
+			}
+			return refused
+		}
+	}
 	if err != nil {
 		return x.upstreamError(err)
 	}
@@ -300,184 +311,12 @@ func endToEndHeaders(h http.Header) http.Header {
 	return out
 }
 
-// outgoing builds the upstream request. Order: redaction, then credential
-// substitution (fwd; nil when this host gets none), then User-Agent.
-func (x *exchange) outgoing(fwd *apiRules) (*http.Request, error) {
-	in := x.in
-	p := x.p
-	h := endToEndHeaders(in.Header)
-
-	var redacted, injected int
-	var tokens []string
-	sub := func(s string, r *rewrite.Replacer) string {
-		out, n := p.redact.String(s)
-		redacted += n
-		if fwd != nil && r != nil {
-			tokens = appendFound(tokens, out, fwd.api.TokenNames())
-			out, n = r.String(out)
-			injected += n
-		}
-		return out
-	}
-	var fwdRaw, fwdPath, fwdQuery *rewrite.Replacer
-	if fwd != nil {
-		fwdRaw, fwdPath, fwdQuery = fwd.fwd, fwd.fwdPath, fwd.fwdQuery
-	}
-	debugHeaders := http.Header{}
-	for k, vs := range h {
-		for i, v := range vs {
-			if p.set.Debug {
-				r, _ := p.redact.String(v)
-				debugHeaders[k] = append(debugHeaders[k], r)
-			}
-			v = sub(v, fwdRaw)
-			if fwd != nil && strings.EqualFold(k, "Authorization") {
-				v = x.substituteBasic(v, fwd, &injected, &tokens)
-			}
-			vs[i] = v
-		}
-	}
-	u := &url.URL{Scheme: x.t.scheme, Host: x.t.hostport()}
-	escPath := sub(in.URL.EscapedPath(), fwdPath)
-	path, err := url.PathUnescape(escPath)
-	if err != nil {
-		return nil, fmt.Errorf("request path: %w", err)
-	}
-	u.Path = path
-	if path != escPath {
-		u.RawPath = escPath
-	}
-	u.RawQuery = sub(in.URL.RawQuery, fwdQuery)
-	if p.set.UserAgent != "" {
-		h.Set("User-Agent", p.set.UserAgent)
-	} else if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = []string{""} // keep Go's default off the wire
-	}
-	if x.rules != nil {
-		// Ask only for what the proxy can decode to rewrite the response.
-		h.Set("Accept-Encoding", "gzip, deflate")
-	}
-
-	out := (&http.Request{
-		Method:     in.Method,
-		URL:        u,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     h,
-		Host:       in.Host,
-	}).WithContext(x.ctx())
-	if out.Host == "" {
-		out.Host = x.t.display()
-	}
-	if redacted > 0 {
-		x.log.Info("redact", "host", x.t.display(), "where", "header+url", "count", redacted)
-	}
-	if injected > 0 {
-		x.setInjected()
-		x.log.Info("inject", "host", x.t.display(), "api", fwd.api.Name, "where", "header+url", "tokens", tokens, "count", injected)
-	}
-	if p.set.Debug {
-		redURL, _ := p.redact.String(in.URL.RequestURI())
-		x.log.Debug("payload", "dir", "out", "method", in.Method, "host", x.t.display(), "url", p.scrub(redURL), "headers", p.scrub(fmt.Sprint(debugHeaders)))
-	}
-	if err := x.outgoingBody(out, fwdRaw); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// substituteBasic substitutes inside a Basic Authorization credential,
-// which the code writes base64-encoded ("user:TOKEN").
-func (x *exchange) substituteBasic(v string, fwd *apiRules, injected *int, tokens *[]string) string {
-	scheme, cred, ok := strings.Cut(v, " ")
-	if !ok || !strings.EqualFold(scheme, "Basic") {
-		return v
-	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
-	if err != nil {
-		return v
-	}
-	*tokens = appendFound(*tokens, string(raw), fwd.api.TokenNames())
-	out, n := fwd.fwd.String(string(raw))
-	if n == 0 {
-		return v
-	}
-	*injected += n
-	return scheme + " " + base64.StdEncoding.EncodeToString([]byte(out))
-}
-
-func appendFound(dst []string, s string, names []string) []string {
-	for _, n := range names {
-		if strings.Contains(s, n) && !slices.Contains(dst, n) {
-			dst = append(dst, n)
-		}
-	}
-	return dst
-}
-
 func (x *exchange) ctx() context.Context {
 	ctx := x.in.Context()
 	if len(x.t.pinned) > 0 {
 		ctx = context.WithValue(ctx, pinnedKey, x.t.pinned)
 	}
 	return ctx
-}
-
-// outgoingBody streams the request body through redaction and
-// substitution. A small body of known length is rewritten whole so it
-// keeps an exact Content-Length; anything else goes chunked.
-func (x *exchange) outgoingBody(out *http.Request, fwd *rewrite.Replacer) error {
-	in := x.in
-	if in.Body == nil || in.Body == http.NoBody || in.ContentLength == 0 {
-		out.Body = http.NoBody
-		return nil
-	}
-	var r io.Reader = in.Body
-	var red *rewrite.Reader
-	if !x.p.redact.Empty() {
-		red = x.p.redact.Reader(r)
-		r = red
-	}
-	var dbg *capture
-	if x.p.set.Debug {
-		dbg = &capture{}
-		r = io.TeeReader(r, dbg)
-	}
-	var sub *rewrite.Reader
-	if fwd != nil && !fwd.Empty() {
-		sub = fwd.Reader(r)
-		r = sub
-	}
-	done := func() {
-		if red != nil && red.Count() > 0 {
-			x.log.Info("redact", "host", x.t.display(), "where", "body", "count", red.Count())
-		}
-		if sub != nil && sub.Count() > 0 {
-			x.setInjected()
-			x.log.Info("inject", "host", x.t.display(), "api", x.rules.api.Name, "where", "body", "tokens", x.rules.api.TokenNames(), "count", sub.Count())
-		}
-		if dbg != nil {
-			x.log.Debug("payload", "dir", "out", "host", x.t.display(), "body", x.p.scrub(dbg.String()))
-		}
-	}
-	body := &countingBody{r: r, c: in.Body, onCount: x.addOut, onEOF: done}
-	if red == nil && sub == nil {
-		out.Body, out.ContentLength = body, in.ContentLength
-		return nil
-	}
-	if in.ContentLength > 0 && in.ContentLength <= smallBody {
-		// Bounded: the rewritten form of at most smallBody bytes.
-		buf, err := io.ReadAll(io.LimitReader(body, 64*smallBody))
-		if err != nil {
-			return fmt.Errorf("read request body: %w", err)
-		}
-		_ = in.Body.Close()
-		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(buf)), int64(len(buf))
-		return nil
-	}
-	out.Body, out.ContentLength = body, -1
-	return nil
 }
 
 func (x *exchange) addOut(n int64) {
@@ -515,158 +354,6 @@ func (x *exchange) upstreamError(err error) *http.Response {
 		return x.refuse(http.StatusBadGateway, "upstream_unreachable",
 			fmt.Sprintf("codeforge proxy: could not get a response from %s: %s", x.t.display(), msg))
 	}
-}
-
-// incoming rewrites the upstream response for the client. For hosts of a
-// configured API every credential value of that API becomes its token name
-// again, in headers and body, after decoding the body; what cannot be
-// decoded is refused.
-func (x *exchange) incoming(resp *http.Response) *http.Response {
-	h := endToEndHeaders(resp.Header)
-	out := &http.Response{
-		Status:        resp.Status,
-		StatusCode:    resp.StatusCode,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		ContentLength: resp.ContentLength,
-		Request:       x.in,
-		Trailer:       resp.Trailer,
-	}
-	noBody := resp.Body == nil || resp.Body == http.NoBody || x.in.Method == http.MethodHead ||
-		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
-		(resp.StatusCode >= 100 && resp.StatusCode < 200)
-
-	if x.rules == nil {
-		// Not an API host: nothing of ours was sent there, nothing to take back.
-		out.Body = x.responseBody(out, resp.Body, resp.Body, nil, noBody)
-		return out
-	}
-
-	rev := x.rules.rev
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		_ = resp.Body.Close()
-		return x.refuse(http.StatusBadGateway, "cannot_rewrite", "codeforge proxy: the upstream switched protocols; the proxy cannot rewrite that stream, so it refuses it")
-	}
-	var encodings []string
-	for _, v := range h.Values("Content-Encoding") {
-		for _, e := range strings.Split(v, ",") {
-			if e = strings.ToLower(strings.TrimSpace(e)); e != "" && e != "identity" {
-				encodings = append(encodings, e)
-			}
-		}
-	}
-	for _, e := range encodings {
-		if e != "gzip" && e != "x-gzip" && e != "deflate" {
-			_ = resp.Body.Close()
-			return x.refuse(http.StatusBadGateway, "cannot_rewrite",
-				fmt.Sprintf("codeforge proxy: %s answered with Content-Encoding %q, which the proxy cannot decode to take credentials out of it; refused rather than passed through", x.t.display(), e))
-		}
-	}
-	var count int
-	for _, vs := range h {
-		for i, v := range vs {
-			nv, n := rev.String(v)
-			vs[i] = nv
-			count += n
-		}
-	}
-	if s, n := rev.String(out.Status); n > 0 {
-		out.Status = s
-		count += n
-	}
-	if count > 0 {
-		x.log.Info("sanitize", "host", x.t.display(), "where", "header", "count", count)
-	}
-	// Trailers arrive after the body and are not rewritten: drop them.
-	out.Trailer = nil
-	h.Del("Trailer")
-	h.Del("Content-Length")
-	h.Del("Content-Encoding")
-	out.ContentLength = -1
-	if noBody {
-		out.ContentLength = 0
-		out.Body = x.responseBody(out, resp.Body, resp.Body, nil, true)
-		return out
-	}
-	decoded, err := decodeBody(resp.Body, encodings)
-	if err != nil {
-		_ = resp.Body.Close()
-		return x.refuse(http.StatusBadGateway, "cannot_rewrite",
-			fmt.Sprintf("codeforge proxy: %s sent a body the proxy cannot decode (%s); refused rather than passed through", x.t.display(), x.p.scrub(err.Error())))
-	}
-	rd := rev.Reader(decoded)
-	out.Body = x.responseBody(out, rd, resp.Body, rd, false)
-	return out
-}
-
-// responseBody wraps what the client reads; it keeps the network log and
-// writes the request's log lines when the body ends.
-func (x *exchange) responseBody(resp *http.Response, r io.Reader, c io.Closer, rev *rewrite.Reader, empty bool) io.ReadCloser {
-	status := resp.StatusCode
-	b := &respBody{x: x, status: status, r: r, c: c, rev: rev}
-	if x.p.set.Debug {
-		b.dbg = &capture{}
-		b.header = resp.Header.Clone()
-	}
-	x.t.run.update(x.entry, func(e *NetEntry) { e.Status = status })
-	if empty {
-		if c != nil {
-			_ = c.Close()
-		}
-		b.finish(nil)
-		return http.NoBody
-	}
-	return b
-}
-
-type respBody struct {
-	x      *exchange
-	status int
-	header http.Header // for DEBUG_MODE
-	r      io.Reader
-	c      io.Closer
-	rev    *rewrite.Reader
-	dbg    *capture
-	n      int64
-	once   sync.Once
-}
-
-func (b *respBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if n > 0 {
-		b.n += int64(n)
-		if b.dbg != nil {
-			_, _ = b.dbg.Write(p[:n])
-		}
-	}
-	if err == io.EOF {
-		b.finish(nil)
-	} else if err != nil {
-		b.finish(err)
-	}
-	return n, err
-}
-
-func (b *respBody) Close() error {
-	err := b.c.Close()
-	b.finish(errors.New("closed before the end"))
-	return err
-}
-
-func (b *respBody) finish(err error) {
-	b.once.Do(func() {
-		x := b.x
-		if b.rev != nil && b.rev.Count() > 0 {
-			x.log.Info("sanitize", "host", x.t.display(), "where", "body", "count", b.rev.Count())
-		}
-		if b.dbg != nil {
-			x.log.Debug("payload", "dir", "in", "host", x.t.display(), "status", b.status,
-				"headers", x.p.scrub(headerString(b.header)), "body", x.p.scrub(b.dbg.String()))
-		}
-		x.finish(b.status, b.n, "", err)
-	})
 }
 
 // finish completes the log entry and writes the request's log line.
@@ -736,6 +423,8 @@ type countingBody struct {
 	onCount func(int64)
 	onEOF   func()
 	once    sync.Once
+	errMu   sync.Mutex
+	err     error // the error that ended the body, io.EOF included
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
@@ -744,9 +433,18 @@ func (b *countingBody) Read(p []byte) (int, error) {
 		b.onCount(int64(n))
 	}
 	if err != nil {
+		b.errMu.Lock()
+		b.err = err
+		b.errMu.Unlock()
 		b.once.Do(b.onEOF)
 	}
 	return n, err
+}
+
+func (b *countingBody) endErr() error {
+	b.errMu.Lock()
+	defer b.errMu.Unlock()
+	return b.err
 }
 
 func (b *countingBody) Close() error { return b.c.Close() }

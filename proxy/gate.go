@@ -20,6 +20,10 @@ type NetEntry struct {
 	BytesIn  int64  `json:"bytes_in"`
 	// Blocked says why the proxy refused the request, "" when it passed.
 	Blocked string `json:"blocked,omitempty"`
+	// Notes explain what the proxy did with the request that the code
+	// may need to know, e.g. a token name sent as the name because the
+	// API does not take credentials there. Never holds a secret.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Gate hands out per-run proxy identities and collects their network logs.

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -55,18 +56,43 @@ func testResolver(ctx context.Context, host string) ([]netip.Addr, error) {
 func writeAPIs(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
+	// alpha takes credentials everywhere; beta keeps the defaults
+	// (headers only). Both accept every port a loopback test upstream
+	// can get, since the upstreams listen on ephemeral ports.
 	writeAPI(t, dir, "alpha", map[string]any{
 		"description":        "test API alpha",
 		"domains":            []string{"api.test"},
 		"credentials":        map[string]string{"ALPHA_TOKEN": alphaSecret, "ALPHA_OTHER": alphaSecret2},
 		"restricted_methods": []string{"DELETE", "put"},
+		"substitute_in":      []string{"headers", "query", "path", "body"},
+		"ports":              upstreamPorts(t),
 	})
 	writeAPI(t, dir, "beta", map[string]any{
 		"description": "test API beta",
 		"domains":     []string{"beta.test"},
 		"credentials": map[string]string{"BETA_KEY": betaSecret},
+		"ports":       upstreamPorts(t),
 	})
 	return dir
+}
+
+// upstreamPorts lists 443 and the machine's ephemeral port range, where
+// httptest servers listen.
+func upstreamPorts(t testing.TB) []int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(data), &lo, &hi); err != nil || lo < 1024 || hi > 65535 || lo > hi {
+		t.Fatalf("ip_local_port_range %q: %v", data, err)
+	}
+	ports := []int{443}
+	for p := lo; p <= hi; p++ {
+		ports = append(ports, p)
+	}
+	return ports
 }
 
 func writeAPI(t testing.TB, dir, name string, cfg map[string]any) {

@@ -39,6 +39,9 @@ type run struct {
 	dropped int
 	revoked bool
 	tunnels map[io.Closer]struct{} // open CONNECT tunnels, closed on finish
+
+	// blobs are the Basic credentials the proxy assembled for this run.
+	blobs basicBlobs
 }
 
 // addTunnel registers an open tunnel; false when the run has finished.
@@ -104,6 +107,7 @@ func (r *run) snapshot() ([]NetEntry, int) {
 	out := make([]NetEntry, len(r.entries))
 	for i, e := range r.entries {
 		out[i] = *e
+		out[i].Notes = slices.Clone(e.Notes)
 	}
 	return out, r.dropped
 }

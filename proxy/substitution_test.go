@@ -480,11 +480,13 @@ func TestUnrewritableResponsesRefused(t *testing.T) {
 		}
 		mustNotContain(t, path, body, alphaSecret)
 	}
-	// On an unconfigured host (nothing to take back) it passes as is.
+	// On an unconfigured host too: a secret stored through an API could
+	// come back from anywhere, so nothing passes unscrubbed.
 	resp, body := do(t, c, "GET", up.url("other.test", "/br"), nil, nil)
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "br" || !strings.HasPrefix(body, "\x1b") {
-		t.Errorf("other.test br: %d %q", resp.StatusCode, resp.Header.Get("Content-Encoding"))
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(errorHeader) != "cannot_rewrite" {
+		t.Errorf("other.test br: %d %q, want 502 cannot_rewrite", resp.StatusCode, resp.Header.Get(errorHeader))
 	}
+	mustNotContain(t, "other.test br", body, alphaSecret)
 }
 
 func TestUpstreamTLSAlwaysVerified(t *testing.T) {
@@ -521,24 +523,53 @@ func TestUpstreamTLSAlwaysVerified(t *testing.T) {
 	}
 }
 
-func TestPlainHTTPProxying(t *testing.T) {
+// TestCleartextGetsNoCredential is the cleartext attack: a token name
+// sent to an API host over plain http (any port) is refused, never
+// substituted; a request without one passes, and its response is still
+// scrubbed.
+func TestCleartextGetsNoCredential(t *testing.T) {
 	t.Parallel()
 	tp := startProxy(t)
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
-		_, _ = io.WriteString(w, "got "+r.URL.RawQuery)
+		_, _ = io.WriteString(w, "got "+r.URL.RawQuery+" "+alphaSecret)
 	}, false, testPKI(t).leaf)
 	_, c := tp.open(t)
-	resp, body := do(t, c, "GET", up.url("api.test", "/p?k=ALPHA_TOKEN"), nil, map[string]string{"Authorization": "Bearer ALPHA_TOKEN"})
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	for name, req := range map[string]struct {
+		path   string
+		header map[string]string
+		body   string
+	}{
+		"header": {"/p", map[string]string{"Authorization": "Bearer ALPHA_TOKEN"}, ""},
+		"query":  {"/p?k=ALPHA_TOKEN", nil, ""},
+		"path":   {"/p/ALPHA_OTHER", nil, ""},
+		"basic":  {"/p", map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("u:ALPHA_TOKEN"))}, ""},
+		"body":   {"/p", map[string]string{"Content-Type": "application/json"}, `{"k":"ALPHA_TOKEN"}`},
+	} {
+		var body io.Reader
+		if req.body != "" {
+			body = strings.NewReader(req.body)
+		}
+		resp, text := do(t, c, "POST", up.url("api.test", req.path), body, req.header)
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get(errorHeader) != "credential_not_sent" {
+			t.Errorf("%s over http: status %d %q, want 403 credential_not_sent", name, resp.StatusCode, resp.Header.Get(errorHeader))
+		}
+		mustContain(t, name, text, "only sent over HTTPS", "https://api.test:"+up.port)
 	}
-	s := up.seen()[0]
-	if s.Header.Get("Authorization") != "Bearer "+alphaSecret || s.URI != "/p?k="+url.QueryEscape(alphaSecret) {
-		t.Errorf("upstream saw %q %q", s.Header.Get("Authorization"), s.URI)
+	// A body too big to buffer is cut before the token name and refused.
+	big := io.MultiReader(strings.NewReader(strings.Repeat("x", 300<<10)), strings.NewReader("ALPHA_TOKEN"))
+	resp, text := do(t, c, "POST", up.url("api.test", "/big"), big, nil)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(text, "only sent over HTTPS") {
+		t.Errorf("streamed body over http: status %d: %s", resp.StatusCode, text)
 	}
-	if resp.Header.Get("X-Echo") != "Bearer ALPHA_TOKEN" || body != "got k=ALPHA_TOKEN" {
-		t.Errorf("client saw %q %q", resp.Header.Get("X-Echo"), body)
+	for _, s := range up.seen() {
+		mustNotContain(t, "upstream over http", s.URI+s.Body+headerText(s.Header), alphaSecret, alphaSecret2)
+	}
+	// Without a token name the request passes, and what comes back is
+	// scrubbed like any response.
+	resp, text = do(t, c, "GET", up.url("api.test", "/p?plain=1"), nil, nil)
+	if resp.StatusCode != 200 || text != "got plain=1 ALPHA_TOKEN" {
+		t.Errorf("plain request: %d %q", resp.StatusCode, text)
 	}
 }
 

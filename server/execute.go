@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,6 +202,13 @@ func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, n
 	if res.Truncated {
 		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("output truncated: %d bytes cut (limit %d bytes per stream)",
 			res.DroppedBytes, s.opts.MaxOutput)})
+	}
+	for _, e := range network {
+		for _, n := range e.Notes {
+			if note := "network: " + e.Method + " " + e.Host + e.Path + ": " + n; !slices.Contains(notes, note) {
+				notes = append(notes, note)
+			}
+		}
 	}
 	for _, n := range notes {
 		content = append(content, &mcp.TextContent{Text: n})

@@ -147,7 +147,8 @@ func TestListAPIs(t *testing.T) {
 	typesPath := filepath.Join(dir, "shop", "types.d.ts")
 	if shop.Description != "Shop API" || strings.Join(shop.Domains, ",") != "api.shop.test,files.shop.test" ||
 		strings.Join(shop.Credentials, ",") != "SHOP_TOKEN" || shop.Reference != "https://docs.shop.test/" ||
-		strings.Join(shop.RestrictedMethods, ",") != "DELETE" || !shop.HasTypes || shop.TypesPath != typesPath {
+		strings.Join(shop.RestrictedMethods, ",") != "DELETE" || !shop.HasTypes || shop.TypesPath != typesPath ||
+		strings.Join(shop.SubstituteIn, ",") != "headers" || len(shop.Ports) != 1 || shop.Ports[0] != 443 || shop.AllowedMethods != nil {
 		t.Fatalf("shop = %+v", shop)
 	}
 	bare := out.APIs[0]

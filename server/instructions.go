@@ -61,12 +61,17 @@ func (s *Server) buildInstructions() string {
 			"e.g. headers: { Authorization: \"Bearer STRIPE_AUTH_TOKEN\" }.\n")
 		p("- The proxy replaces the name with the real value on the wire, only in requests to that API's own hosts, " +
 			"and turns the value back into the name in responses: printed output shows the name, never the secret.\n")
-		p("- Some APIs refuse some HTTP methods (restricted_methods): the proxy answers them with a permanent 403; do not retry.\n")
+		p("- A token name becomes the secret only where the API's config allows (substitute_in; by default request headers only), " +
+			"only over https:// and only to the API's ports. Anywhere else (a query string, a URL path, a request body, unless the API opted in) " +
+			"it is sent as the plain name: the run's network log says so in \"notes\". Do not try to move a credential elsewhere.\n")
+		p("- Responses are scrubbed of every secret in every common encoding; a response that holds one in a form that cannot be turned back " +
+			"(e.g. base64) is refused with a 502. Range requests are not passed on: fetch whole resources.\n")
+		p("- Some APIs refuse some HTTP methods (restricted_methods, or only allow some: allowed_methods): the proxy answers them with a permanent 403; do not retry.\n")
 	}
 
 	p("\n## APIs\n")
 	p("- list_apis {} returns each API's name, description, domains, credentials (token names), reference (documentation URL), " +
-		"restricted_methods, has_types and types_path.\n")
+		"restricted_methods or allowed_methods, substitute_in, ports, has_types and types_path.\n")
 	p("- When has_types is true, read the API's TypeScript declarations from types_path, " +
 		"e.g. console.log(await Deno.readTextFile(\"<types_path>\")).\n")
 

@@ -100,7 +100,7 @@ func TestCredentialThroughExecuteCode(t *testing.T) {
 	// and its name is mapped to loopback by the proxy's resolver: no
 	// traffic leaves the machine.
 	dir := writeAPIs(t, map[string]string{
-		"echo": `{"description": "Echo API", "domains": ["` + host + `"], "credentials": {"ECHO_TOKEN": "${ECHO_SECRET}"}}`,
+		"echo": `{"description": "Echo API", "domains": ["` + host + `"], "credentials": {"ECHO_TOKEN": "${ECHO_SECRET}"}, "ports": [` + port + `]}`,
 	})
 	h := newGatedHarnessWith(t, harnessConfig{
 		apisDir: dir,

@@ -124,7 +124,8 @@ const netEntrySchema = `{"type":"object","properties":{` +
 	`"credential_injected":{"type":"boolean","description":"Whether the proxy put a real credential into this request."},` +
 	`"bytes_out":{"type":"integer"},` +
 	`"bytes_in":{"type":"integer"},` +
-	`"blocked":{"type":"string","description":"Why the proxy refused the request; absent when it passed."}` +
+	`"blocked":{"type":"string","description":"Why the proxy refused the request; absent when it passed."},` +
+	`"notes":{"type":"array","items":{"type":"string"},"description":"What the proxy did that the code may need to know, e.g. a token name sent as the plain name because the API does not take credentials in that part of a request."}` +
 	`},"required":["method","host","path","status","credential_injected","bytes_out","bytes_in"]}`
 
 const executeOutputSchema = `{"type":"object","properties":{` +
@@ -143,9 +144,12 @@ const listAPIsOutputSchema = `{"type":"object","properties":{"apis":{"type":"arr
 	`"credentials":{"type":"array","items":{"type":"string"},"description":"Token names to write where the secret goes; the proxy substitutes the real value."},` +
 	`"reference":{"type":"string","description":"Documentation URL."},` +
 	`"restricted_methods":{"type":"array","items":{"type":"string"},"description":"HTTP methods the proxy refuses for this API (a permanent 403)."},` +
+	`"allowed_methods":{"type":"array","items":{"type":"string"},"description":"When present, the only HTTP methods the proxy lets through to this API; any other gets a permanent 403."},` +
+	`"substitute_in":{"type":"array","items":{"type":"string"},"description":"Parts of a request (headers, query, path, body) where a token name becomes the secret; elsewhere it is sent as the plain name."},` +
+	`"ports":{"type":"array","items":{"type":"integer"},"description":"HTTPS ports of the API's hosts that receive credentials."},` +
 	`"has_types":{"type":"boolean"},` +
 	`"types_path":{"type":"string","description":"Where code can read the API's TypeScript declarations (when has_types)."}` +
-	`},"required":["name","description","domains","credentials","reference","restricted_methods","has_types"]}}},"required":["apis"]}`
+	`},"required":["name","description","domains","credentials","reference","restricted_methods","substitute_in","ports","has_types"]}}},"required":["apis"]}`
 
 // apiInfo is one entry of list_apis.
 type apiInfo struct {
@@ -155,6 +159,9 @@ type apiInfo struct {
 	Credentials       []string `json:"credentials"`
 	Reference         string   `json:"reference"`
 	RestrictedMethods []string `json:"restricted_methods"`
+	AllowedMethods    []string `json:"allowed_methods,omitempty"`
+	SubstituteIn      []string `json:"substitute_in"`
+	Ports             []int    `json:"ports"`
 	HasTypes          bool     `json:"has_types"`
 	TypesPath         string   `json:"types_path,omitempty"`
 }
@@ -176,6 +183,9 @@ func (s *Server) listAPIs(_ context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 			Credentials:       nonNil(a.TokenNames()),
 			Reference:         a.Reference,
 			RestrictedMethods: nonNil(a.RestrictedMethods),
+			AllowedMethods:    a.AllowedMethods,
+			SubstituteIn:      nonNil(a.SubstituteIn),
+			Ports:             nonNil(a.Ports),
 			HasTypes:          a.TypesPath != "",
 			TypesPath:         s.sandboxTypesPath(a),
 		})
@@ -210,9 +220,9 @@ func (s *Server) getInstructions(_ context.Context, req *mcp.CallToolRequest) (*
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s.instructions}}}, nil
 }
 
-func nonNil(ss []string) []string {
+func nonNil[T any](ss []T) []T {
 	if ss == nil {
-		return []string{}
+		return []T{}
 	}
 	return ss
 }

@@ -118,6 +118,7 @@ func newHarness(tb testing.TB) *harness {
 		"description": "benchmark API",
 		"domains":     []string{apiHost},
 		"credentials": map[string]string{token: secret},
+		"ports":       []int{apiLn.Addr().(*net.TCPAddr).Port},
 		"active":      true,
 	})
 	if err := os.WriteFile(filepath.Join(apiDir, "config.json"), cfg, 0o600); err != nil {

@@ -203,6 +203,7 @@ func startCodeForge(ctx context.Context, dir string, a *api) (*codeforge, error)
 		"description": "vsmitm benchmark API",
 		"domains":     []string{apiHost},
 		"credentials": map[string]string{token: secret},
+		"ports":       []json.Number{json.Number(a.port)},
 		"active":      true,
 	})
 	if err != nil {
