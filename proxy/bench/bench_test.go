@@ -119,7 +119,10 @@ func newHarness(tb testing.TB) *harness {
 		"domains":     []string{apiHost},
 		"credentials": map[string]string{token: secret},
 		"ports":       []int{apiLn.Addr().(*net.TCPAddr).Port},
-		"active":      true,
+		// The upload benchmark measures body substitution, which an API
+		// has to opt in to.
+		"substitute_in": []string{"headers", "body"},
+		"active":        true,
 	})
 	if err := os.WriteFile(filepath.Join(apiDir, "config.json"), cfg, 0o600); err != nil {
 		tb.Fatal(err)
