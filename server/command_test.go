@@ -202,7 +202,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	// through --upstream-ca), so credentialed requests put injection and
 	// payload lines in the log before and after the reload.
 	api := newEchoAPI(t, "localhost")
-	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["localhost"], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
+	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["localhost"], "ports": [`+api.port+`], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
 	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret", "FIRST_KEY_ROTATED": "first-rotated-secret",
 		"SECOND_KEY": "second-secret", "DEBUG_MODE": "true"}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -260,7 +260,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	// the API got want while the run saw only the name.
 	callFirst := func(want string) {
 		t.Helper()
-		code := `const r = await fetch("https://localhost:` + api.port + `/v1?k=FIRST_TOKEN", {method: "POST", headers: {Authorization: "Bearer FIRST_TOKEN"}, body: "FIRST_TOKEN"});
+		code := `const r = await fetch("https://localhost:` + api.port + `/v1", {method: "POST", headers: {Authorization: "Bearer FIRST_TOKEN"}, body: "hello"});
 console.log(r.status, await r.text());`
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": code, "apis": []string{"first"}}})
 		if err != nil {
@@ -280,7 +280,7 @@ console.log(r.status, await r.text());`
 	}
 	callFirst("first-secret")
 	writeFile(t, filepath.Join(apisDir, "second", "config.json"), `{"domains": ["second.test"], "credentials": {"SECOND_TOKEN": "${SECOND_KEY}"}}`)
-	writeFile(t, filepath.Join(apisDir, "first", "config.json"), `{"domains": ["localhost"], "credentials": {"FIRST_TOKEN": "${FIRST_KEY_ROTATED}"}}`)
+	writeFile(t, filepath.Join(apisDir, "first", "config.json"), `{"domains": ["localhost"], "ports": [`+api.port+`], "credentials": {"FIRST_TOKEN": "${FIRST_KEY_ROTATED}"}}`)
 	hupAndWait("API configs reloaded", 1)
 	callFirst("first-rotated-secret")
 	if text := listAPIs(); !strings.Contains(text, "SECOND_TOKEN") {
