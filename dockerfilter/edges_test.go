@@ -168,21 +168,27 @@ func TestRefusedWithoutAnEngine(t *testing.T) {
 		assertRefused(t, rawRequest(t, tf.socket, tc.head, tc.body), tc.name)
 	}
 	// Controls: requests that pass every check reach for the engine and,
-	// with none there, fail closed (503 or 502), never 2xx.
+	// with none there, fail closed: an exec create cannot find the sandbox
+	// (503), anything else cannot reach the engine (502); never 2xx.
+	atCap := createBody(t, nil)
+	atCap = append(atCap, []byte(strings.Repeat(" ", maxBody-len(atCap)))...)
 	for _, c := range []struct {
 		name, head string
 		body       []byte
+		status     int
 	}{
-		{"valid exec create", createHead, createBody(t, nil)},
-		{"valid kill", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--kill", "run1"}; m["Env"] = nil })},
-		{"valid check", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--check"}; m["Env"] = nil })},
-		{"ping", "GET /_ping HTTP/1.1", nil},
-		{"versioned ping", "HEAD /v1.41/_ping HTTP/1.1", nil},
-		{"version", "GET /v1.41/version HTTP/1.1", nil},
+		{"valid exec create", createHead, createBody(t, nil), http.StatusServiceUnavailable},
+		{"valid exec create of exactly the size cap", createHead, atCap, http.StatusServiceUnavailable},
+		{"valid kill", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--kill", "run1"}; m["Env"] = nil }), http.StatusServiceUnavailable},
+		{"valid check", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--check"}; m["Env"] = nil }), http.StatusServiceUnavailable},
+		{"timeout of exactly a day", createHead, createBody(t, replaceEnv("CODEFORGE_TIMEOUT", "86400")), http.StatusServiceUnavailable},
+		{"ping", "GET /_ping HTTP/1.1", nil, http.StatusBadGateway},
+		{"versioned ping", "HEAD /v1.41/_ping HTTP/1.1", nil, http.StatusBadGateway},
+		{"version", "GET /v1.41/version HTTP/1.1", nil, http.StatusBadGateway},
 	} {
 		resp := rawRequest(t, tf.socket, c.head, c.body)
-		if resp.status != http.StatusServiceUnavailable && resp.status != http.StatusBadGateway {
-			t.Errorf("control %s: status %d (%s), want 503 or 502 from the missing engine", c.name, resp.status, strings.TrimSpace(resp.body))
+		if resp.status != c.status {
+			t.Errorf("control %s: status %d (%s), want %d from the missing engine", c.name, resp.status, strings.TrimSpace(resp.body), c.status)
 		}
 	}
 }
