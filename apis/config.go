@@ -205,10 +205,7 @@ func checkShape(fe *fileErrors, data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	// next is the position of the token the decoder reads next.
-	// Positions come from a newline index: a scan of the file per token
-	// made a config with thousands of ports take seconds to load.
-	nl := newlines(data)
-	next := func() string { return positionAt(nl, data, nextTokenOffset(data, dec.InputOffset())+1) }
+	next := func() jsonPos { return jsonPos{data, nextTokenOffset(data, dec.InputOffset()) + 1} }
 	syntax := func(err error) error {
 		switch {
 		case err == io.EOF && len(bytes.TrimSpace(data)) == 0:
@@ -236,7 +233,7 @@ func checkShape(fe *fileErrors, data []byte) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return fmt.Errorf("%s: want a JSON object at the top level, got %s", fe.file, describe(tok))
 	}
-	seen := map[string]string{}
+	seen := map[string]jsonPos{}
 	for dec.More() {
 		where := next()
 		tok, err := dec.Token()
@@ -282,8 +279,8 @@ func checkShape(fe *fileErrors, data []byte) error {
 
 // checkField checks one known field's value, whose first token is tok,
 // found at pos; next gives the position of the decoder's next token.
-func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, tok json.Token, pos string, next func() string) error {
-	mismatch := func(field, want string, tok json.Token, pos string) {
+func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, tok json.Token, pos jsonPos, next func() jsonPos) error {
+	mismatch := func(field, want string, tok json.Token, pos jsonPos) {
 		if tok == nil {
 			fe.add("%s: null at %s; want %s (leave the field out to use its default)", field, pos, want)
 			return
@@ -339,7 +336,7 @@ func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, t
 			mismatch(key, kind.String(), tok, pos)
 			return skipValue(dec, tok)
 		}
-		seen := map[string]string{}
+		seen := map[string]jsonPos{}
 		for dec.More() {
 			keyPos := next()
 			k, err := dec.Token()
@@ -460,28 +457,15 @@ func nextTokenOffset(data []byte, off int64) int64 {
 	return off
 }
 
-// newlines returns the offsets of every '\n' in data, in order.
-func newlines(data []byte) []int64 {
-	var nl []int64
-	for i, b := range data {
-		if b == '\n' {
-			nl = append(nl, int64(i))
-		}
-	}
-	return nl
+// jsonPos is a place in a config file, formatted as "line L, column C"
+// only when a message needs it (counting lines for every token would make
+// decoding quadratic in the file's size).
+type jsonPos struct {
+	data []byte
+	off  int64
 }
 
-// positionAt is position with the newline offsets of data (newlines)
-// given: a binary search instead of a scan.
-func positionAt(nl []int64, data []byte, off int64) string {
-	off = min(max(off, 0), int64(len(data)))
-	i, _ := slices.BinarySearch(nl, off) // nl[:i] are the newlines before off
-	col := off
-	if i > 0 {
-		col = off - nl[i-1] - 1
-	}
-	return fmt.Sprintf("line %d, column %d", i+1, col)
-}
+func (p jsonPos) String() string { return position(p.data, p.off) }
 
 // position turns a byte count into "line L, column C" of the last byte
 // counted (1-based), so position(data, off+1) is where data[off] is.

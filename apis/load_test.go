@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -598,5 +599,26 @@ func TestLoadNamesReadsNoSecret(t *testing.T) {
 	}
 	if _, err := Load(dir, nil); err == nil || !strings.Contains(err.Error(), "LoadNames") {
 		t.Errorf("Load with nil getenv: %v; want an error pointing at LoadNames", err)
+	}
+}
+
+// TestLoadEveryPort loads a config listing every TCP port: decoding stays
+// linear in the file's size (positions are only counted for messages; the
+// first version counted lines for every token and took minutes here).
+func TestLoadEveryPort(t *testing.T) {
+	t.Parallel()
+	ports := make([]string, 65535)
+	for i := range ports {
+		ports[i] = strconv.Itoa(i + 1)
+	}
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a/config.json": cfg(`["a.com"]`, `"ports": [`+strings.Join(ports, ",")+`]`)})
+	set, err := Load(dir, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := set.Get("a")
+	if len(a.Ports) != 65535 || !a.AllowsPort(1) || !a.AllowsPort(65535) {
+		t.Errorf("loaded %d ports", len(a.Ports))
 	}
 }

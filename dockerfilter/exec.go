@@ -42,13 +42,14 @@ var (
 		"CODEFORGE_ALLOW_NET": regexp.MustCompile(`^(\*|` + hostItem + `(,` + hostItem + `)*)?$`),
 		"CODEFORGE_MEMORY_MB": regexp.MustCompile(`^[1-9][0-9]{0,5}$`),
 		"CODEFORGE_READ":      regexp.MustCompile(`^(` + pathItem + `(,` + pathItem + `)*)?$`),
+		"CODEFORGE_KEEP_OUT":  regexp.MustCompile(`^1?$`),
 		"HTTPS_PROXY":         regexp.MustCompile(`^https?://([A-Za-z0-9._~-]{1,128}(:[A-Za-z0-9._~-]{0,256})?@)?[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?/?$`),
 		"HTTP_PROXY":          regexp.MustCompile(`^https?://([A-Za-z0-9._~-]{1,128}(:[A-Za-z0-9._~-]{0,256})?@)?[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?/?$`),
 	}
 	// envOrder is the order the rebuilt body lists the variables in.
 	envOrder = []string{
 		"CODEFORGE_RUN_ID", "CODEFORGE_TIMEOUT", "CODEFORGE_ALLOW_NET",
-		"CODEFORGE_MEMORY_MB", "CODEFORGE_READ", "HTTPS_PROXY", "HTTP_PROXY",
+		"CODEFORGE_MEMORY_MB", "CODEFORGE_READ", "CODEFORGE_KEEP_OUT", "HTTPS_PROXY", "HTTP_PROXY",
 	}
 	runIDPattern = envPattern["CODEFORGE_RUN_ID"]
 )
@@ -277,8 +278,14 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, deny("exec create refused: %s --kill takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--kill", cmd[2]}
+	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--collect" && runIDPattern.MatchString(cmd[2]):
+		if len(env) > 0 {
+			return nil, deny("exec create refused: %s --collect takes no Env", WrapperName)
+		}
+		out.Cmd = []string{f.opts.Wrapper, "--collect", cmd[2]}
 	default:
-		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"] or [%q, \"--kill\", RUN_ID]", WrapperName, WrapperName, WrapperName)
+		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
+			WrapperName, WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
 }

@@ -94,6 +94,16 @@ func TestRefused(t *testing.T) {
 			m["Cmd"] = []string{"codeforge-run", "--kill", "../x"}
 			m["Env"] = nil
 		})},
+		{"cmd collect traversal", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--collect", "../x"}
+			m["Env"] = nil
+		})},
+		{"cmd collect with env", createHead, createBody(t, set("Cmd", []string{"codeforge-run", "--collect", "0123456789abcdef"}))},
+		{"cmd collect extra arg", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--collect", "0123456789abcdef", "/etc"}
+			m["Env"] = nil
+		})},
+		{"env keep out other value", createHead, createBody(t, withEnv(append(slices.Clone(validEnv), "CODEFORGE_KEEP_OUT=/etc")...))},
 		{"cmd check with env", createHead, createBody(t, set("Cmd", []string{"codeforge-run", "--check"}))},
 		{"cmd missing", createHead, createBody(t, set("Cmd", nil))},
 		{"cmd not strings", createHead, createBody(t, set("Cmd", []any{"codeforge-run", 1}))},

@@ -31,6 +31,10 @@ type Environment struct {
 	ScratchDir string // where the code may write temporary files (per run)
 	SkillsDir  string // where skills are read and saved
 	TypesDir   string // where types.d.ts files are readable, "" if none
+	// OutDir is where code writes files to be kept with the run (the
+	// scratch directory's out/, as the code sees it); "" when the backend
+	// cannot hand files back (Request.OnOutDir is never called).
+	OutDir string
 }
 
 // Request is one run.
@@ -50,6 +54,19 @@ type Request struct {
 	// OnStdoutLine, if set, is called for each complete stdout line as it
 	// arrives (for logging notifications). Must not block for long.
 	OnStdoutLine func(line string)
+	// OnStderrLine is OnStdoutLine for stderr.
+	OnStderrLine func(line string)
+	// OnOutDir, if set, is called once the code has ended and before the
+	// run's scratch directory is removed, with the server-side path of the
+	// scratch directory's out/ subdirectory (which may not exist; a
+	// backend whose scratch lives elsewhere copies its regular files into
+	// a temporary directory first), and a note for each file the backend
+	// did not copy. The code is gone by then: nothing writes there any
+	// more. Backends whose Environment.OutDir is "" never call it.
+	OnOutDir func(dir string, skipped []string)
+	// OutMaxBytes is the most bytes of out/ files the caller keeps; a
+	// backend that copies them stops copying there (0: its own default).
+	OutMaxBytes int64
 }
 
 // Result is what a run produced.

@@ -18,6 +18,10 @@ type executeArgs struct {
 	APIs      []string
 	APIsGiven bool
 	Timeout   time.Duration
+	// Background: return at once with the run's id (background: true).
+	Background bool
+	// KeepRunning: if the call ends first, the run goes on (keep_running: true).
+	KeepRunning bool
 }
 
 // parseExecuteArgs decodes and checks execute_code's raw arguments itself
@@ -25,7 +29,7 @@ type executeArgs struct {
 // tool error in plain words, including a timeout sent as a string.
 func (s *Server) parseExecuteArgs(raw json.RawMessage) (executeArgs, error) {
 	args := executeArgs{Timeout: s.opts.DefaultTimeout}
-	fields, err := objectFields(raw, "code", "apis", "timeout")
+	fields, err := objectFields(raw, "code", "apis", "timeout", "background", "keep_running")
 	if err != nil {
 		return args, err
 	}
@@ -68,7 +72,31 @@ func (s *Server) parseExecuteArgs(raw json.RawMessage) (executeArgs, error) {
 		}
 		args.APIsGiven = true
 	}
+	if args.Background, err = parseBool(fields, "background"); err != nil {
+		return args, err
+	}
+	if args.KeepRunning, err = parseBool(fields, "keep_running"); err != nil {
+		return args, err
+	}
+	if args.Background && args.KeepRunning {
+		return args, errors.New("background and keep_running together: a background run always keeps running; pass only background: true")
+	}
 	return args, nil
+}
+
+// parseBool reads an optional boolean field (false when absent or null).
+func parseBool(fields map[string]json.RawMessage, name string) (bool, error) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return false, nil
+	}
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s must be true or false, got %s", name, jsonKind(raw))
 }
 
 func (s *Server) parseTimeout(raw json.RawMessage) (time.Duration, error) {

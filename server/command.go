@@ -23,6 +23,7 @@ import (
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/proxy/ca"
+	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/local"
 	"github.com/codeforge/codeforge/settings"
@@ -52,6 +53,14 @@ type config struct {
 	DefaultTimeout     time.Duration
 	SessionIdleTimeout time.Duration
 	MemoryMB           int
+
+	// Runs: where run records live and what is kept.
+	RunRetention     time.Duration
+	RunsMaxBytes     int64
+	RunFileMaxBytes  int64
+	RunFilesMaxBytes int64
+	InlineImageBytes int64
+	MaxWait          time.Duration
 
 	AllowPrivateUpstreams bool
 	UpstreamCAFile        string
@@ -109,6 +118,24 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	if err != nil {
 		return fmt.Errorf("skills directory: %w", err)
 	}
+	runMgr, err := runs.Open(runs.Options{
+		Dir:           filepath.Join(cfg.DataDir, "runs"),
+		Retention:     cfg.RunRetention,
+		MaxTotalBytes: cfg.RunsMaxBytes,
+		Files:         runs.FileLimits{MaxFileBytes: cfg.RunFileMaxBytes, MaxRunBytes: cfg.RunFilesMaxBytes},
+		Logger:        cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("runs (--data-dir, DATA_DIR): %w", err)
+	}
+	defer func() {
+		// Runs still in flight are stopped and recorded as interrupted.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		defer cancel()
+		if err := runMgr.Close(cctx); err != nil {
+			log.Warn("close run store", "err", err)
+		}
+	}()
 	var current atomic.Pointer[apis.Set]
 	current.Store(cfg.APIs)
 	srv, err := New(Options{
@@ -117,6 +144,9 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 		APIs:               current.Load,
 		Skills:             store,
 		Settings:           cfg.Settings,
+		Runs:               runMgr,
+		MaxWait:            cfg.MaxWait,
+		InlineImageBytes:   cfg.InlineImageBytes,
 		MaxConcurrent:      cfg.MaxConcurrent,
 		QueueLimit:         cfg.QueueLimit,
 		DefaultTimeout:     cfg.DefaultTimeout,
@@ -285,6 +315,12 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		idleTimeout    = fs.String("session-idle-timeout", env("SESSION_IDLE_TIMEOUT", "30m"), "close MCP sessions idle this long (SESSION_IDLE_TIMEOUT)")
 		memoryMB       = fs.String("memory-mb", env("SANDBOX_MEMORY_MB", "512"), "memory limit of each run in MB (SANDBOX_MEMORY_MB)")
 		allowPrivate   = fs.String("allow-private-upstreams", env("ALLOW_PRIVATE_UPSTREAMS", "false"), "let the proxy reach loopback and private addresses (ALLOW_PRIVATE_UPSTREAMS)")
+		runRetention   = fs.String("run-retention", env("RUN_RETENTION", "24h"), "how long ended runs are kept (RUN_RETENTION)")
+		runsMaxBytes   = fs.String("runs-max-bytes", env("RUNS_MAX_BYTES", strconv.Itoa(runs.DefaultMaxTotalBytes)), "output and files of all kept runs together, in bytes; the oldest go first (RUNS_MAX_BYTES)")
+		runFileMax     = fs.String("run-file-max-bytes", env("RUN_FILE_MAX_BYTES", strconv.Itoa(runs.DefaultMaxFileBytes)), "largest file kept from a run's out/ (RUN_FILE_MAX_BYTES)")
+		runFilesMax    = fs.String("run-files-max-bytes", env("RUN_FILES_MAX_BYTES", strconv.Itoa(runs.DefaultMaxRunBytes)), "most bytes of files kept per run (RUN_FILES_MAX_BYTES)")
+		inlineImageMax = fs.String("inline-image-max-bytes", env("INLINE_IMAGE_MAX_BYTES", strconv.Itoa(DefaultInlineImageBytes)), "images up to this size come back inline (INLINE_IMAGE_MAX_BYTES)")
+		maxWait        = fs.String("max-wait", env("MAX_WAIT", "120s"), "longest run_wait timeout a call may ask for (MAX_WAIT)")
 		upstreamCA     = fs.String("upstream-ca", env("UPSTREAM_CA", ""), "PEM file of extra CA certificates the proxy trusts for upstream APIs (UPSTREAM_CA)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -333,6 +369,23 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		}
 		*f.dst = n
 	}
+	int64s := []struct {
+		dst       *int64
+		val, name string
+		min       int64
+	}{
+		{&cfg.RunsMaxBytes, *runsMaxBytes, "--runs-max-bytes (RUNS_MAX_BYTES)", 1 << 20},
+		{&cfg.RunFileMaxBytes, *runFileMax, "--run-file-max-bytes (RUN_FILE_MAX_BYTES)", 1},
+		{&cfg.RunFilesMaxBytes, *runFilesMax, "--run-files-max-bytes (RUN_FILES_MAX_BYTES)", 1},
+		{&cfg.InlineImageBytes, *inlineImageMax, "--inline-image-max-bytes (INLINE_IMAGE_MAX_BYTES)", 1},
+	}
+	for _, f := range int64s {
+		n, err := strconv.ParseInt(strings.TrimSpace(f.val), 10, 64)
+		if err != nil || n < f.min {
+			return nil, fmt.Errorf("%s is %q: want a whole number of bytes, at least %d", f.name, f.val, f.min)
+		}
+		*f.dst = n
+	}
 	durations := []struct {
 		dst       *time.Duration
 		val, name string
@@ -340,6 +393,8 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		{&cfg.MaxTimeout, *maxTimeout, "--max-timeout (MAX_TIMEOUT)"},
 		{&cfg.DefaultTimeout, *defTimeout, "--default-timeout (DEFAULT_TIMEOUT)"},
 		{&cfg.SessionIdleTimeout, *idleTimeout, "--session-idle-timeout (SESSION_IDLE_TIMEOUT)"},
+		{&cfg.RunRetention, *runRetention, "--run-retention (RUN_RETENTION)"},
+		{&cfg.MaxWait, *maxWait, "--max-wait (MAX_WAIT)"},
 	}
 	for _, d := range durations {
 		v, err := parseDuration(d.val)

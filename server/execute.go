@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,19 +16,41 @@ import (
 
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 )
 
 // executeOutput is execute_code's structuredContent (see executeOutputSchema).
 type executeOutput struct {
+	RunID       string           `json:"run_id"`
+	State       string           `json:"state"`
 	ExitCode    int              `json:"exit_code"`
 	DurationMS  int64            `json:"duration_ms"`
 	TimedOut    bool             `json:"timed_out"`
 	OutOfMemory bool             `json:"out_of_memory"`
 	Truncated   bool             `json:"truncated"`
 	Network     []proxy.NetEntry `json:"network"`
+	Files       []fileOutput     `json:"files"`
 }
 
+// fileOutput is one file a run left in out/, as results list it.
+type fileOutput struct {
+	Name     string `json:"name"`
+	MIMEType string `json:"mime_type"`
+	Size     int64  `json:"size"`
+	URI      string `json:"uri"`
+	Inline   bool   `json:"inline"`
+}
+
+// startedOutput is execute_code's structuredContent for a background run.
+type startedOutput struct {
+	RunID string `json:"run_id"`
+	State string `json:"state"`
+}
+
+// executeCode starts a run and, unless it is a background run, waits for
+// it: foreground and background runs are the same object (package runs)
+// and go through the same path (execute).
 func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	arrived := time.Now()
 	args, err := s.parseExecuteArgs(req.Params.Arguments)
@@ -50,41 +73,88 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		return toolError("execute_code: CodeForge is still starting (%v); nothing ran, try again in a few seconds", err), nil
 	}
 	if s.opts.Settings.Debug {
-		s.log.Debug("execute_code submitted", "bytes", len(args.Code), "apis", args.APIs, "timeout", args.Timeout, "code", args.Code)
+		s.log.Debug("execute_code submitted", "bytes", len(args.Code), "apis", args.APIs, "timeout", args.Timeout,
+			"background", args.Background, "keep_running", args.KeepRunning, "code", args.Code)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer s.trackRun(req.Session, cancel)()
 
-	deadline := arrived.Add(args.Timeout)
-	prog := s.startProgress(ctx, req, arrived)
-	defer prog.stop()
+	spec := runs.Spec{
+		Background: args.Background,
+		CodeBytes:  len(args.Code),
+		APIs:       args.APIs,
+		Timeout:    args.Timeout,
+		MaxOutput:  s.opts.MaxOutput,
+		Exec: func(rctx context.Context, r *runs.Run) runs.Outcome {
+			return s.execute(rctx, r, args, selected, arrived)
+		},
+	}
+	var fwd *stdoutForwarder
+	if !args.Background {
+		fwd = s.forwardStdout(ctx, req.Session)
+		defer fwd.close()
+		spec.OnStdoutLine = fwd.line
+	}
+	run, err := s.runMgr.Start(spec)
+	if err != nil {
+		return toolError("execute_code: %v", err), nil
+	}
+	if args.Background {
+		return s.startedResult(run.Snapshot()), nil
+	}
 
-	release, err := s.queue.acquire(ctx, deadline, prog.queued)
+	prog := s.startProgress(ctx, req, arrived, runProgress(run))
+	defer prog.stop()
+	select {
+	case <-run.Done():
+	case <-ctx.Done():
+		if args.KeepRunning {
+			run.SetStdoutListener(nil)
+			s.log.Info("call ended before its run: the run goes on in the background (keep_running)", "run", run.ID())
+			return toolError("execute_code: the call ended before the run; run %s goes on in the background (keep_running): "+
+				"use run_wait, run_status, run_output or cancel_run with this id", run.ID()), nil
+		}
+		run.Cancel()
+		<-run.Done()
+		s.log.Info("run cancelled by the client", "run", run.ID())
+	}
+	rec, stdout, stderr, files := run.Final()
+	return s.finalResult(rec, stdout, stderr, files), nil
+}
+
+// execute runs the code of run r: a slot in the queue, a proxy identity,
+// the sandbox, the network log. It is the one path of every run.
+func (s *Server) execute(ctx context.Context, r *runs.Run, args executeArgs, selected []*apis.API, arrived time.Time) runs.Outcome {
+	deadline := arrived.Add(args.Timeout)
+	release, err := s.queue.acquire(ctx, deadline, nil)
 	switch {
 	case errors.Is(err, errBusy):
-		return toolError("server busy: %d runs are already waiting for a free slot (%d run at once); nothing ran, try again shortly",
-			s.queue.Waiting(), s.opts.MaxConcurrent), nil
+		return runs.Outcome{Error: fmt.Sprintf("server busy: %d runs are already waiting for a free slot (%d run at once); nothing ran, try again shortly",
+			s.queue.Waiting(), s.opts.MaxConcurrent)}
 	case errors.Is(err, errQueueTimeout):
-		res := &sandbox.Result{TimedOut: true, ExitCode: -1}
-		return s.runResult(res, args.Timeout, time.Since(arrived), nil, nil), nil
+		return runs.Outcome{Result: &sandbox.Result{TimedOut: true, ExitCode: -1}, Queued: time.Since(arrived)}
 	case err != nil:
-		return toolError("execute_code: cancelled while waiting for a free slot; nothing ran"), nil
+		return runs.Outcome{Error: "execute_code: cancelled while waiting for a free slot; nothing ran"}
 	}
 	defer release()
 	started := time.Now()
-	prog.running(started)
+	queued := started.Sub(arrived)
+	r.Running(queued)
 
 	rreq := sandbox.Request{
-		Code:      args.Code,
-		Timeout:   time.Until(deadline),
-		MaxOutput: s.opts.MaxOutput,
-		ReadPaths: typesPaths(selected),
+		Code:         args.Code,
+		Timeout:      time.Until(deadline),
+		MaxOutput:    s.opts.MaxOutput,
+		ReadPaths:    typesPaths(selected),
+		OnStdoutLine: r.StdoutLine,
+		OnStderrLine: r.StderrLine,
+		OnOutDir:     r.CollectOut,
+		OutMaxBytes:  s.runMgr.Settings().Files.MaxRunBytes,
 	}
 	if rreq.Timeout <= 0 {
-		res := &sandbox.Result{TimedOut: true, ExitCode: -1}
-		return s.runResult(res, args.Timeout, time.Since(arrived), nil, nil), nil
+		return runs.Outcome{Result: &sandbox.Result{TimedOut: true, ExitCode: -1}, Queued: queued}
 	}
 	var run proxy.Run
 	if s.opts.Gate != nil {
@@ -93,8 +163,8 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 			spec.APIs = apiNames(selected)
 		}
 		if run, err = s.opts.Gate.Open(ctx, spec); err != nil {
-			s.log.Error("proxy identity for run failed", "err", err)
-			return toolError("execute_code: the egress proxy could not open this run: %v; nothing ran", err), nil
+			s.log.Error("proxy identity for run failed", "run", r.ID(), "err", err)
+			return runs.Outcome{Error: fmt.Sprintf("execute_code: the egress proxy could not open this run: %v; nothing ran", err), Queued: queued}
 		}
 		rreq.ProxyURL = run.ProxyURL()
 		if s.opts.Settings.YOLO {
@@ -103,14 +173,8 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 			rreq.AllowHosts = apis.Domains(selected)
 		}
 	}
-	fwd := s.forwardStdout(ctx, req.Session)
-	rreq.OnStdoutLine = fwd.line
 
 	res, runErr := s.opts.Runner.Run(ctx, rreq)
-	fwd.close()
-	if n := fwd.dropped.Load(); n > 0 {
-		s.log.Debug("stdout lines not sent as log notifications (client too slow)", "dropped", n)
-	}
 	if runErr == nil && res == nil {
 		runErr = errors.New("the runner returned no result")
 	}
@@ -122,27 +186,23 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		network, err = run.Finish(fctx)
 		cancel()
 		if err != nil {
-			s.log.Warn("network log for run unavailable", "err", err)
+			s.log.Warn("network log for run unavailable", "run", r.ID(), "err", err)
 			notes = append(notes, fmt.Sprintf("network log unavailable: %v", err))
 		}
 	}
-	s.syncAfter(ctx, "execute_code")
+	s.syncAfter(context.WithoutCancel(ctx), "execute_code")
 
 	if runErr != nil {
 		if ctx.Err() != nil {
-			s.log.Info("run cancelled by the client", "after", time.Since(started).Round(time.Millisecond))
-			return toolError("execute_code: cancelled; the run was stopped"), nil
+			return runs.Outcome{Error: "execute_code: cancelled; the run was stopped", Network: network, Queued: queued}
 		}
-		s.log.Error("sandbox run failed", "err", runErr)
-		return toolError("execute_code: the sandbox could not run the code: %v", runErr), nil
-	}
-	if ctx.Err() != nil {
-		s.log.Info("run cancelled by the client", "after", time.Since(started).Round(time.Millisecond))
+		s.log.Error("sandbox run failed", "run", r.ID(), "err", runErr)
+		return runs.Outcome{Error: fmt.Sprintf("execute_code: the sandbox could not run the code: %v", runErr), Network: network, Queued: queued}
 	}
 	if hint := s.netDeniedHint(res.Stderr, rreq.AllowHosts); hint != "" {
 		notes = append(notes, hint)
 	}
-	return s.runResult(res, args.Timeout, started.Sub(arrived), network, notes), nil
+	return runs.Outcome{Result: res, Queued: queued, Network: network, Notes: notes}
 }
 
 // netDeniedRE finds Deno's permission error for a host the run may not
@@ -170,40 +230,66 @@ func (s *Server) netDeniedHint(stderr string, allowed []string) string {
 		m[1], reach)
 }
 
-// runResult turns a run into the tool result DESIGN.md specifies: stdout,
-// labelled stderr, one plain note per condition, structuredContent.
-func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, network []proxy.NetEntry, notes []string) *mcp.CallToolResult {
+// finalResult turns an ended run into the tool result DESIGN.md
+// specifies: stdout, labelled stderr, one plain note per condition, the
+// files (images inline, the rest as resource links), structuredContent.
+// A foreground execute_code and run_wait give the same result for a run.
+func (s *Server) finalResult(rec *runs.Record, stdout, stderr []byte, files map[string][]byte) *mcp.CallToolResult {
+	if rec.Error != "" {
+		res := toolError("%s", rec.Error)
+		if rec.State == runs.Interrupted || rec.State == runs.Cancelled {
+			res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf("run %s: %s", rec.ID, rec.State)})
+		}
+		return res
+	}
 	var content []mcp.Content
-	if res.Stdout != "" {
-		content = append(content, &mcp.TextContent{Text: res.Stdout})
+	if len(stdout) > 0 {
+		content = append(content, &mcp.TextContent{Text: string(stdout)})
 	}
-	if res.Stderr != "" {
-		content = append(content, &mcp.TextContent{Text: "stderr:\n" + res.Stderr})
+	if len(stderr) > 0 {
+		content = append(content, &mcp.TextContent{Text: "stderr:\n" + string(stderr)})
 	}
+	timeout := time.Duration(rec.TimeoutMS) * time.Millisecond
+	queued := time.Duration(rec.QueuedMS) * time.Millisecond
 	switch {
-	case res.TimedOut:
+	case rec.TimedOut:
 		where := "partial output above"
-		if res.Stdout == "" && res.Stderr == "" {
+		if len(stdout) == 0 && len(stderr) == 0 {
 			where = "no output before it"
 		}
 		if queued >= 100*time.Millisecond {
 			where += fmt.Sprintf("; %ss of it waiting for a free slot", formatSeconds(queued.Seconds()))
 		}
 		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("timed out after %ss (%s)", formatSeconds(timeout.Seconds()), where)})
-	case res.OutOfMemory:
+	case rec.OutOfMemory:
 		limit := ""
 		if s.opts.MemoryMB > 0 {
 			limit = fmt.Sprintf(" (%d MB)", s.opts.MemoryMB)
 		}
 		content = append(content, &mcp.TextContent{Text: "out of memory: the run exceeded the sandbox memory limit" + limit})
-	case res.ExitCode != 0:
-		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("exit code %d", res.ExitCode)})
+	case rec.ExitCode != 0:
+		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("exit code %d", rec.ExitCode)})
 	}
-	if res.Truncated {
+	if rec.Truncated {
 		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("output truncated: %d bytes cut (limit %d bytes per stream)",
-			res.DroppedBytes, s.opts.MaxOutput)})
+			rec.DroppedBytes, rec.MaxOutput)})
 	}
-	for _, e := range network {
+	fileList := []fileOutput{}
+	for _, f := range rec.Files {
+		fo := fileOutput{Name: f.Name, MIMEType: f.MIMEType, Size: f.Size, URI: runFileURI(rec.ID, f.Name)}
+		data, ok := files[f.Name]
+		if runs.IsInlineImage(f.MIMEType) && f.Size <= s.opts.InlineImageBytes && ok {
+			fo.Inline = true
+			content = append(content, &mcp.ImageContent{Data: data, MIMEType: f.MIMEType})
+		} else {
+			size := f.Size
+			content = append(content, &mcp.ResourceLink{URI: fo.URI, Name: f.Name, MIMEType: f.MIMEType, Size: &size,
+				Description: fmt.Sprintf("out/%s of run %s (resources/read)", f.Name, rec.ID)})
+		}
+		fileList = append(fileList, fo)
+	}
+	notes := append([]string(nil), rec.Notes...)
+	for _, e := range rec.Network {
 		for _, n := range e.Notes {
 			if note := "network: " + e.Method + " " + e.Host + e.Path + ": " + n; !slices.Contains(notes, note) {
 				notes = append(notes, note)
@@ -216,40 +302,65 @@ func (s *Server) runResult(res *sandbox.Result, timeout, queued time.Duration, n
 	if len(content) == 0 {
 		content = append(content, &mcp.TextContent{Text: "(no output)"})
 	}
+	network := rec.Network
 	if network == nil {
 		network = []proxy.NetEntry{}
 	}
 	return &mcp.CallToolResult{
 		Content: content,
-		IsError: res.ExitCode != 0 || res.TimedOut || res.OutOfMemory,
+		IsError: rec.ExitCode != 0 || rec.TimedOut || rec.OutOfMemory,
 		StructuredContent: executeOutput{
-			ExitCode:    res.ExitCode,
-			DurationMS:  res.Duration.Milliseconds(),
-			TimedOut:    res.TimedOut,
-			OutOfMemory: res.OutOfMemory,
-			Truncated:   res.Truncated,
+			RunID:       rec.ID,
+			State:       string(rec.State),
+			ExitCode:    rec.ExitCode,
+			DurationMS:  rec.DurationMS,
+			TimedOut:    rec.TimedOut,
+			OutOfMemory: rec.OutOfMemory,
+			Truncated:   rec.Truncated,
 			Network:     network,
+			Files:       fileList,
 		},
+	}
+}
+
+// startedResult answers execute_code {background: true}.
+func (s *Server) startedResult(rec *runs.Record) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+			"run %s started in the background (%s). run_wait {id: %q} waits for its result (the same as execute_code would give); "+
+				"run_status shows how far it got, run_output reads its output, cancel_run stops it.",
+			rec.ID, rec.State, rec.ID)}},
+		StructuredContent: startedOutput{RunID: rec.ID, State: string(rec.State)},
 	}
 }
 
 // progress sends notifications/progress about once a second while a call
 // waits for a slot or runs, when the client asked for progress.
 type progress struct {
-	kick    chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
-	started atomic.Int64 // unix nanos when the run started; 0 while queued
-	active  bool
+	done chan struct{}
+	wg   sync.WaitGroup
 }
 
-func (s *Server) startProgress(ctx context.Context, req *mcp.CallToolRequest, arrived time.Time) *progress {
-	p := &progress{kick: make(chan struct{}, 1), done: make(chan struct{})}
+// runProgress describes run r for progress notifications: "queued" or
+// "running Ns".
+func runProgress(r *runs.Run) func() string {
+	return func() string {
+		rec := r.Snapshot()
+		if rec.State == runs.Queued || rec.Started.IsZero() {
+			return "queued"
+		}
+		return fmt.Sprintf("running %ds", int(time.Since(rec.Started).Seconds()))
+	}
+}
+
+// startProgress sends progress notifications with msg() every second
+// until stop, when the client asked for progress.
+func (s *Server) startProgress(ctx context.Context, req *mcp.CallToolRequest, arrived time.Time, msg func() string) *progress {
+	p := &progress{done: make(chan struct{})}
 	token := req.Params.GetProgressToken()
 	if token == nil || req.Session == nil {
 		return p
 	}
-	p.active = true
 	p.wg.Go(func() {
 		ticker := time.NewTicker(time.Second)
 		defer ticker.Stop()
@@ -260,16 +371,11 @@ func (s *Server) startProgress(ctx context.Context, req *mcp.CallToolRequest, ar
 			case <-ctx.Done():
 				return
 			case <-ticker.C:
-			case <-p.kick:
-			}
-			msg := "queued"
-			if st := p.started.Load(); st != 0 {
-				msg = fmt.Sprintf("running %ds", int(time.Since(time.Unix(0, st)).Seconds()))
 			}
 			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: token,
 				Progress:      time.Since(arrived).Seconds(),
-				Message:       msg,
+				Message:       msg(),
 			})
 			if err != nil && ctx.Err() == nil {
 				s.log.Debug("progress notification failed", "err", err)
@@ -278,18 +384,6 @@ func (s *Server) startProgress(ctx context.Context, req *mcp.CallToolRequest, ar
 	})
 	return p
 }
-
-// queued reports that the call has to wait for a slot.
-func (p *progress) queued() {
-	if p.active {
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (p *progress) running(at time.Time) { p.started.Store(at.UnixNano()) }
 
 func (p *progress) stop() {
 	close(p.done)
@@ -300,13 +394,16 @@ func (p *progress) stop() {
 // notifications (level info, logger "stdout") without ever blocking the
 // run: lines beyond a small buffer are dropped, and counted.
 type stdoutForwarder struct {
+	mu      sync.Mutex
+	closed  bool
 	lines   chan string
 	wg      sync.WaitGroup
 	dropped atomic.Int64
+	log     *slog.Logger
 }
 
 func (s *Server) forwardStdout(ctx context.Context, ss *mcp.ServerSession) *stdoutForwarder {
-	f := &stdoutForwarder{}
+	f := &stdoutForwarder{log: s.log}
 	if ss == nil {
 		return f
 	}
@@ -323,7 +420,9 @@ func (s *Server) forwardStdout(ctx context.Context, ss *mcp.ServerSession) *stdo
 }
 
 func (f *stdoutForwarder) line(l string) {
-	if f.lines == nil {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lines == nil || f.closed {
 		return
 	}
 	select {
@@ -333,12 +432,20 @@ func (f *stdoutForwarder) line(l string) {
 	}
 }
 
+// close stops forwarding; lines that come later are ignored.
 func (f *stdoutForwarder) close() {
-	if f.lines == nil {
+	f.mu.Lock()
+	if f.lines == nil || f.closed {
+		f.mu.Unlock()
 		return
 	}
+	f.closed = true
 	close(f.lines)
+	f.mu.Unlock()
 	f.wg.Wait()
+	if n := f.dropped.Load(); n > 0 {
+		f.log.Debug("stdout lines not sent as log notifications (client too slow)", "dropped", n)
+	}
 }
 
 func apiNames(list []*apis.API) []string {

@@ -51,7 +51,7 @@ func TestToolsGolden(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "delete_skill,execute_code,get_instructions,list_apis,update_skill" {
+	if strings.Join(names, ",") != "cancel_run,delete_skill,execute_code,get_instructions,list_apis,list_runs,run_output,run_status,run_wait,update_skill" {
 		t.Fatalf("tools = %v", names)
 	}
 	var got bytes.Buffer

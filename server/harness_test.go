@@ -21,6 +21,7 @@ import (
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/local"
 	"github.com/codeforge/codeforge/skills"
@@ -140,6 +141,10 @@ type harnessConfig struct {
 	clientToken string
 	// noClient skips connecting the default client session.
 	noClient bool
+	// runsDir is the run store's directory (default: a new temp dir).
+	runsDir string
+	// backend, if set, replaces the local runner (e.g. the Docker one).
+	backend sandbox.Runner
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
@@ -182,14 +187,33 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	logs := &strings.Builder{}
 	logMu := &sync.Mutex{}
-	runner := &countingRunner{Runner: lr}
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{mu: logMu, w: logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	runsDir := cfg.runsDir
+	if runsDir == "" {
+		runsDir = t.TempDir()
+	}
+	mgr, err := runs.Open(runs.Options{Dir: runsDir, Logger: logger})
+	if err != nil {
+		t.Fatalf("runs: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		mgr.Close(ctx)
+	})
+	var backend sandbox.Runner = lr
+	if cfg.backend != nil {
+		backend = cfg.backend
+	}
+	runner := &countingRunner{Runner: backend}
 	opts := Options{
+		Runs:          mgr,
 		Runner:        runner,
 		APIs:          func() *apis.Set { return set },
 		Skills:        store,
 		MaxConcurrent: 2,
 		MemoryMB:      testMemoryMB,
-		Logger:        slog.New(slog.NewTextHandler(&lockedWriter{mu: logMu, w: logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:        logger,
 	}
 	if cfg.gate != nil {
 		opts.Gate = cfg.gate(set)

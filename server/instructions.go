@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/runs"
 )
 
 // buildInstructions writes the usage primer: the initialize instructions
@@ -25,15 +26,36 @@ func (s *Server) buildInstructions() string {
 	p("- The result is stdout as text, then stderr labelled \"stderr:\". A non-zero exit, a timeout and running out of memory " +
 		"each mark the result as an error with its own message; output printed before a timeout is kept.\n")
 	if proxy.PerRunLog(s.opts.Gate) {
-		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory, truncated and network " +
+		p("- structuredContent has run_id, state, exit_code, duration_ms, timed_out, out_of_memory, truncated, files and network " +
 			"(each request the run made: method, host, path, status, credential_injected, blocked).\n")
 	} else {
-		p("- structuredContent has exit_code, duration_ms, timed_out, out_of_memory and truncated; " +
+		p("- structuredContent has run_id, state, exit_code, duration_ms, timed_out, out_of_memory, truncated and files; " +
 			"network stays empty on this server (no per-run network log).\n")
 	}
 
+	p("\n## Long runs\n")
+	p("- Every run has an id (structuredContent.run_id). A client may cut a tool call after about a minute: for anything that may take "+
+		"longer (paging through many records, many API calls, a slow report), pass background: true to execute_code. It returns at once with the id; "+
+		"then run_wait {id, timeout?} waits (at most %ss per call; call again while it is still going) and returns the same result execute_code would, "+
+		"run_status {id} shows the state, the last lines of output and the network log so far, run_output {id, stream, offset, limit} pages through stdout or stderr, "+
+		"and cancel_run {id} stops it. list_runs {state?} lists the runs kept, newest first. A background run has the same timeout rules as any run.\n",
+		formatSeconds(s.opts.MaxWait.Seconds()))
+	p("- keep_running: true lets a foreground run go on in the background if the call is cancelled or its connection drops; find it again with list_runs.\n")
+	p("- Ended runs are kept for %s (all of them together at most %s; the oldest go first), also across server restarts; "+
+		"a run the server was running when it stopped is marked interrupted.\n",
+		runs.FormatDuration(s.runMgr.Settings().Retention), runs.FormatBytes(s.runMgr.Settings().MaxTotalBytes))
+
 	p("\n## Files\n")
 	p("- Scratch space: %s. Read-write; deleted when the run ends.\n", env.ScratchDir)
+	if env.OutDir != "" {
+		f := s.runMgr.Settings().Files
+		p("- Files to hand back: write them to %s, after await Deno.mkdir(\"out\", {recursive: true}) (at most %d files, %s each, %s per run). They are kept with the run and listed in its result: "+
+			"PNG, JPEG, GIF and WebP images up to %s come back inline; other files as resource links run://<id>/files/<name> (read them with resources/read). "+
+			"Names: letters, digits, '.', '_' and '-'; only files directly in out/.\n",
+			env.OutDir, f.MaxFiles, runs.FormatBytes(f.MaxFileBytes), runs.FormatBytes(f.MaxRunBytes), runs.FormatBytes(s.opts.InlineImageBytes))
+	} else {
+		p("- This backend (%s) cannot hand files back yet: print what you need on stdout (base64 for small binaries).\n", env.Backend)
+	}
 	p("- Skills: %s. Read-write; saved skills live here.\n", skillsDir)
 	if env.TypesDir != "" {
 		p("- API types: %s (read-only).\n", env.TypesDir)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/proxy"
+	"github.com/codeforge/codeforge/runs"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/settings"
 	"github.com/codeforge/codeforge/skills"
@@ -35,6 +36,7 @@ const (
 	DefaultMaxOutput          = 1 << 20
 	DefaultSessionIdleTimeout = 30 * time.Minute
 	DefaultMaxBodyBytes       = 4 << 20
+	DefaultInlineImageBytes   = 1 << 20
 )
 
 // Version is reported to clients in the initialize handshake.
@@ -53,6 +55,14 @@ type Options struct {
 	Skills *skills.Store
 	// Settings are the shared settings (YOLO, debug, …).
 	Settings settings.Common
+	// Runs keeps the runs: in flight and, in its store, ended (required).
+	Runs *runs.Manager
+	// MaxWait caps run_wait's timeout (default 120s).
+	MaxWait time.Duration
+	// InlineImageBytes: PNG, JPEG, GIF and WebP files a run leaves in out/
+	// up to this size come back inline as image content; larger ones as
+	// resource links (default 1 MiB).
+	InlineImageBytes int64
 
 	// MaxConcurrent is how many runs execute at once (default runtime.NumCPU()).
 	MaxConcurrent int
@@ -98,6 +108,7 @@ type Server struct {
 	queue        *queue
 	instructions string
 	env          sandbox.Environment
+	runMgr       *runs.Manager
 
 	// syncMu serialises skill rescans; mirrored is what the MCP server
 	// currently lists, by skill name.
@@ -122,6 +133,15 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Skills == nil {
 		return nil, errors.New("server: Options.Skills is required")
+	}
+	if opts.Runs == nil {
+		return nil, errors.New("server: Options.Runs is required")
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	if opts.InlineImageBytes <= 0 {
+		opts.InlineImageBytes = DefaultInlineImageBytes
 	}
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = runtime.NumCPU()
@@ -162,6 +182,7 @@ func New(opts Options) (*Server, error) {
 		skillLog: opts.Logger.With("component", "skill"),
 		queue:    newQueue(opts.MaxConcurrent, opts.QueueLimit),
 		env:      opts.Runner.Env(),
+		runMgr:   opts.Runs,
 		mirrored: map[string]skillInfo{},
 		runs:     map[string]map[*int]context.CancelFunc{},
 	}
@@ -171,15 +192,18 @@ func New(opts Options) (*Server, error) {
 		Logger:       opts.Logger.With("component", "mcp"),
 		Capabilities: &mcp.ServerCapabilities{
 			Tools:       &mcp.ToolCapabilities{ListChanged: false},
-			Resources:   &mcp.ResourceCapabilities{ListChanged: true},
+			Resources:   &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
 			Prompts:     &mcp.PromptCapabilities{ListChanged: false},
 			Logging:     &mcp.LoggingCapabilities{},
 			Completions: &mcp.CompletionCapabilities{},
 		},
-		CompletionHandler: s.complete,
+		CompletionHandler:  s.complete,
+		SubscribeHandler:   s.subscribe,
+		UnsubscribeHandler: s.unsubscribe,
 	})
 	s.addTools()
 	s.addSkillFeatures()
+	s.addRunFeatures()
 	if err := s.syncSkills(context.Background()); err != nil {
 		return nil, fmt.Errorf("server: list skills: %w", err)
 	}

@@ -49,9 +49,17 @@ func TestSkillSavedByCodeBecomesResource(t *testing.T) {
 
 	// The template is listed too, and a missing skill is "not found".
 	tmpl, err := h.session.ListResourceTemplates(ctx, nil)
-	if err != nil || len(tmpl.ResourceTemplates) != 1 || tmpl.ResourceTemplates[0].URITemplate != "skill://{name}" ||
-		tmpl.ResourceTemplates[0].MIMEType != "text/typescript" {
-		t.Fatalf("templates = %+v, %v", tmpl, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skillTmpl *mcp.ResourceTemplate
+	for _, rt := range tmpl.ResourceTemplates {
+		if rt.URITemplate == "skill://{name}" {
+			skillTmpl = rt
+		}
+	}
+	if skillTmpl == nil || skillTmpl.MIMEType != "text/typescript" {
+		t.Fatalf("templates = %+v, want skill://{name} (text/typescript) among them", tmpl.ResourceTemplates)
 	}
 	for _, uri := range []string{"skill://nope", "skill://../etc/passwd", "skill://a/b"} {
 		if _, err := h.session.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err == nil || !strings.Contains(err.Error(), "not found") {

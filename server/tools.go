@@ -97,6 +97,15 @@ func (s *Server) executeInputSchema() json.RawMessage {
 				"description": fmt.Sprintf("Seconds before the run is stopped (output so far is kept). Default %s, at most %s. Time waiting for a free slot counts.",
 					formatSeconds(s.opts.DefaultTimeout.Seconds()), formatSeconds(s.opts.MaxTimeout.Seconds())),
 			},
+			"background": map[string]any{
+				"type": "boolean",
+				"description": "Return at once with the run's id instead of waiting (for runs that may outlast a tool call, about a minute). " +
+					"Then run_wait gives the result, run_status and run_output show progress, cancel_run stops it.",
+			},
+			"keep_running": map[string]any{
+				"type":        "boolean",
+				"description": "If this call is cancelled or its connection is lost before the run ends, let the run go on as a background run instead of stopping it.",
+			},
 		},
 		"required":             []string{"code"},
 		"additionalProperties": false,
@@ -129,13 +138,17 @@ const netEntrySchema = `{"type":"object","properties":{` +
 	`},"required":["method","host","path","status","credential_injected","bytes_out","bytes_in"]}`
 
 const executeOutputSchema = `{"type":"object","properties":{` +
+	`"run_id":{"type":"string","description":"The run's id, for run_status, run_wait, run_output, cancel_run and run://{id}."},` +
+	`"state":{"type":"string","description":"queued or running for a background run just started; else how it ended: succeeded, failed, timed_out."},` +
 	`"exit_code":{"type":"integer","description":"Exit status of the Deno process (non-zero: it failed)."},` +
 	`"duration_ms":{"type":"integer","description":"How long the run took, in milliseconds."},` +
 	`"timed_out":{"type":"boolean","description":"The run was stopped at its timeout; output before it is kept."},` +
 	`"out_of_memory":{"type":"boolean","description":"The run exceeded the sandbox memory limit."},` +
 	`"truncated":{"type":"boolean","description":"stdout or stderr went over the output cap and was cut."},` +
-	`"network":{"type":"array","items":` + netEntrySchema + `,"description":"Every request the run made through the proxy."}` +
-	`},"required":["exit_code","duration_ms","timed_out","out_of_memory","truncated","network"]}`
+	`"network":{"type":"array","items":` + netEntrySchema + `,"description":"Every request the run made through the proxy."},` +
+	`"files":{"type":"array","items":` + fileOutputSchema + `,"description":"Files the run left in out/: images inline, others as resource links."}` +
+	`},"required":["run_id","state"],` +
+	`"description":"A background run just started has run_id and state only; an ended run has every field."}`
 
 const listAPIsOutputSchema = `{"type":"object","properties":{"apis":{"type":"array","items":{"type":"object","properties":{` +
 	`"name":{"type":"string","description":"Pass it in execute_code's apis argument."},` +

@@ -119,8 +119,7 @@ func newHarness(tb testing.TB) *harness {
 		"domains":     []string{apiHost},
 		"credentials": map[string]string{token: secret},
 		"ports":       []int{apiLn.Addr().(*net.TCPAddr).Port},
-		// The upload benchmark measures body substitution, which an API
-		// has to opt in to.
+		// The upload measurement substitutes in a large body.
 		"substitute_in": []string{"headers", "body"},
 		"active":        true,
 	})

@@ -1,12 +1,15 @@
 package rewrite
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf16"
@@ -332,4 +335,53 @@ func FuzzDecodeReader(f *testing.F) {
 			t.Fatalf("Reader = %q, %v; oracle %q", got, err, want)
 		}
 	})
+}
+
+// BenchmarkDecodeReader streams the same 64 MB as BenchmarkReader through
+// a decoding Replacer shaped like the proxy's reverse pass: five values,
+// each with its base64 and base64url forms at three offsets as Refuse
+// patterns (35 patterns).
+func BenchmarkDecodeReader(b *testing.B) {
+	values := []string{
+		"sk_live_51H8xQ2eZvKYlo2C0aBcDeFgHiJkLmNoP",
+		"ghp_0123456789abcdefghijklmnopqrstuvwxyz",
+		"xoxb-1234-5678-abcdefghijklmnop",
+		"sk-proj-abcdefghijklmnopqrstuvwxyz0123456789",
+		"SG.abcdefghijklmnop.qrstuvwxyz0123456789",
+	}
+	var ps []Pattern
+	for i, v := range values {
+		ps = append(ps, Pattern{Old: v, New: fmt.Sprintf("TOKEN_%d", i)})
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			for k := range 3 {
+				s := enc.EncodeToString(append(make([]byte, k), v...))
+				core := s[[]int{0, 2, 3}[k] : len(s)-1]
+				if !slices.ContainsFunc(ps, func(p Pattern) bool { return p.Old == core }) {
+					ps = append(ps, Pattern{Old: core, New: "B64", Refuse: true})
+				}
+			}
+		}
+	}
+	r := mustPatterns(b, ps, Options{Decode: true})
+	const size = 64 << 20
+	var sb strings.Builder
+	line := `{"id":"evt_1","object":"event","api_version":"2024-06-20","data":{"status":"succeeded","amount":2000,"url":"https:\/\/x.test\/a%20b"}}` + "\n"
+	for i := 0; sb.Len() < size; i++ {
+		sb.WriteString(line)
+		if i%4096 == 0 {
+			sb.WriteString("key " + values[i%5] + "\n")
+		}
+	}
+	data := []byte(sb.String()[:size])
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		rd := r.Reader(bytes.NewReader(data))
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			b.Fatal(err)
+		}
+		if rd.Count() == 0 {
+			b.Fatal("no replacements made")
+		}
+	}
 }

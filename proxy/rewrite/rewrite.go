@@ -37,6 +37,11 @@ type Replacer struct {
 	keys   []string // olds, sorted
 	// start marks the input bytes at which a match can begin.
 	start [256]bool
+	// pair holds the (canonical) first two bytes of every pattern, and
+	// short the first byte of one-byte patterns: a cheap filter before
+	// the trie is walked.
+	pair  [1024]uint64
+	short [256]bool
 	// single is the only possible first byte when there is exactly one,
 	// so scanning can use bytes.IndexByte; -1 otherwise.
 	single int
@@ -115,7 +120,14 @@ func NewPatterns(ps []Pattern, opts Options) (*Replacer, error) {
 		r.olds = append(r.olds, p.Old)
 		r.news = append(r.news, p.New)
 		r.refuse = append(r.refuse, p.Refuse)
-		r.insert(r.canonical(p.Old), idx)
+		canonOld := r.canonical(p.Old)
+		r.insert(canonOld, idx)
+		if len(canonOld) == 1 {
+			r.short[canonOld[0]] = true
+		} else {
+			k := uint(canonOld[0])<<8 | uint(canonOld[1])
+			r.pair[k>>6] |= 1 << (k & 63)
+		}
 		c := r.canon(p.Old[0])
 		if !first[c] {
 			first[c] = true
@@ -379,8 +391,23 @@ func (r *Replacer) next(b []byte) int {
 		}
 		return len(b)
 	}
-	for i, c := range b {
-		if r.start[c] {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !r.start[c] {
+			continue
+		}
+		if i+1 == len(b) {
+			return i
+		}
+		c2 := b[i+1]
+		if r.decode && (c == '%' || c == '\\' || c2 == '%' || c2 == '\\') {
+			return i // an escape: let the trie decide
+		}
+		c = r.canon(c)
+		if r.short[c] {
+			return i
+		}
+		if k := uint(c)<<8 | uint(r.canon(c2)); r.pair[k>>6]&(1<<(k&63)) != 0 {
 			return i
 		}
 	}

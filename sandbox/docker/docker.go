@@ -20,7 +20,9 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -177,7 +179,7 @@ func New(opts Options) (*Runner, error) {
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
-	return sandbox.Environment{Backend: "docker", ScratchDir: r.scratch, SkillsDir: r.skillsDir}
+	return sandbox.Environment{Backend: "docker", ScratchDir: r.scratch, SkillsDir: r.skillsDir, OutDir: OutDirDescription}
 }
 
 // Close refuses further runs and closes idle connections to the filter.
@@ -267,7 +269,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	stdout := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStdoutLine})
-	stderr := output.NewCollector(output.Options{Limit: maxOutput})
+	stderr := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStderrLine})
 	tail := output.NewTail(stderrTail)
 
 	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode())
@@ -360,6 +362,9 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return res, nil
 	}
 	if inspectErr != nil {
+		if req.OnOutDir != nil {
+			r.kill(id) // the kept scratch directory goes too
+		}
 		if copyErr != nil {
 			return nil, fmt.Errorf("sandbox output stream broke: %v; exec inspect: %w", copyErr, inspectErr)
 		}
@@ -374,6 +379,9 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	case exitCode > 128 && trailer == 0:
 		// The wrapper did not outlive deno: the sandbox itself went down
 		// (killed, stopped or restarted) during the run.
+		if req.OnOutDir != nil {
+			r.kill(id)
+		}
 		return nil, fmt.Errorf("the sandbox container stopped during the run (exit status %d)", exitCode)
 	case exitCode > 128:
 		res.Stderr = stripTrailer(res.Stderr)
@@ -391,8 +399,31 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if copyErr != nil {
 		r.log.Warn("output stream", "run", id, "err", copyErr)
 	}
+	if req.OnOutDir != nil {
+		r.handOut(ctx, id, req)
+	}
 	r.logDone(id, res, stdout, stderr)
 	return res, nil
+}
+
+// handOut copies the run's out/ files to this side, hands them to
+// req.OnOutDir and removes the copy (and, through --collect, the run's
+// scratch directory in the sandbox).
+func (r *Runner) handOut(ctx context.Context, id string, req sandbox.Request) {
+	dir, skipped, err := r.collectOut(context.WithoutCancel(ctx), id, req.OutMaxBytes)
+	if err != nil {
+		r.log.Warn("files out", "run", id, "err", err)
+		r.kill(id)
+		tmp, terr := os.MkdirTemp("", "codeforge-out-")
+		if terr != nil {
+			return
+		}
+		defer os.RemoveAll(tmp)
+		req.OnOutDir(filepath.Join(tmp, "out"), []string{fmt.Sprintf("files: out/ could not be copied from the sandbox (%v); no file was kept", err)})
+		return
+	}
+	defer os.RemoveAll(filepath.Dir(dir))
+	req.OnOutDir(dir, skipped)
 }
 
 func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.Collector) {
@@ -434,6 +465,9 @@ func (r *Runner) runEnv(id string, req sandbox.Request) ([]string, error) {
 	}
 	if len(req.ReadPaths) > 0 {
 		env = append(env, "CODEFORGE_READ="+strings.Join(req.ReadPaths, ","))
+	}
+	if req.OnOutDir != nil {
+		env = append(env, "CODEFORGE_KEEP_OUT=1")
 	}
 	if req.ProxyURL != "" {
 		if u, err := url.Parse(req.ProxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

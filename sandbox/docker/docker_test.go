@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -130,6 +132,53 @@ func TestRunner(t *testing.T) {
 		}
 		if _, err := r.Run(ctx, sandbox.Request{Code: `console.log(1)`, Timeout: time.Second}); !errors.Is(err, context.Canceled) {
 			t.Errorf("Run with a cancelled context: %v, want context.Canceled", err)
+		}
+	})
+
+	t.Run("files out", func(t *testing.T) {
+		// Regular files directly in out/ come back, within the budget;
+		// a directory and a file over the budget get notes; nothing of
+		// the run is left in the sandbox.
+		var files map[string]string
+		var notes []string
+		res := mustRun(t, r, sandbox.Request{
+			Code: `await Deno.mkdir("out/sub", {recursive: true});
+await Deno.writeTextFile("out/table.csv", "a,b\n1,2\n");
+await Deno.writeFile("out/big.bin", new Uint8Array(2000));
+await Deno.writeTextFile("out/sub/x.txt", "nested");
+console.log("ok")`,
+			OutMaxBytes: 1000,
+			OnOutDir: func(dir string, skipped []string) {
+				files = map[string]string{}
+				entries, err := os.ReadDir(dir)
+				if err != nil {
+					t.Errorf("read %s: %v", dir, err)
+				}
+				for _, e := range entries {
+					b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+					files[e.Name()] = string(b)
+				}
+				notes = skipped
+			},
+		})
+		if res.ExitCode != 0 || res.Stdout != "ok\n" {
+			t.Fatalf("result %+v", res)
+		}
+		if len(files) != 1 || files["table.csv"] != "a,b\n1,2\n" {
+			t.Errorf("files handed out: %q", files)
+		}
+		joined := strings.Join(notes, "\n")
+		if !strings.Contains(joined, `out/"big.bin" not kept: with it the run's files would be over the cap of 1000 bytes per run`) ||
+			!strings.Contains(joined, `out/"sub" not kept: it is a directory`) {
+			t.Errorf("notes %q", notes)
+		}
+		if left := leftovers(t, sb); len(left) > 0 {
+			t.Errorf("left behind after files out: %q", left)
+		}
+		// Without OnOutDir the scratch directory goes as before.
+		mustRun(t, r, sandbox.Request{Code: `await Deno.mkdir("out"); await Deno.writeTextFile("out/a", "1")`})
+		if left := leftovers(t, sb); len(left) > 0 {
+			t.Errorf("left behind without files out: %q", left)
 		}
 	})
 

@@ -81,6 +81,9 @@ func TestWrapper(t *testing.T) {
 		{"unknown flag", nil, []string{"--bogus"}, "usage"},
 		{"kill without id", nil, []string{"--kill"}, "usage"},
 		{"kill bad id", nil, []string{"--kill", "../../x"}, "--kill needs a run ID"},
+		{"collect without id", nil, []string{"--collect"}, "usage"},
+		{"collect bad id", nil, []string{"--collect", "../../x"}, "--collect needs a run ID"},
+		{"keep out value", with("CODEFORGE_KEEP_OUT=yes"), nil, "CODEFORGE_KEEP_OUT"},
 		{"check with args", nil, []string{"--check", "x"}, "usage"},
 	} {
 		stdout, stderr, code := wrapperExec(t, sb, tc.env, `console.log("ran")`, tc.args...)

@@ -47,6 +47,10 @@ const (
 // with relative paths or Deno.cwd().
 const ScratchDirDescription = "the current working directory (Deno.cwd()), a fresh directory per run"
 
+// OutDirDescription is what Env reports as the directory of files kept
+// with the run.
+const OutDirDescription = "out/ in the current working directory"
+
 // errNoDeno is FindDeno's answer when no deno binary is found anywhere.
 var errNoDeno = errors.New(`deno not found: install it with "npm install --prefix .cache/deno @deno/linux-x64-glibc@2.9.6" or run ./run.sh`)
 
@@ -193,6 +197,7 @@ func (r *Runner) Env() sandbox.Environment {
 		Backend:    "local",
 		ScratchDir: ScratchDirDescription,
 		SkillsDir:  r.skillsDir,
+		OutDir:     OutDirDescription,
 	}
 }
 
@@ -269,7 +274,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
 	stdout := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStdoutLine})
-	stderr := output.NewCollector(output.Options{Limit: maxOutput})
+	stderr := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStderrLine})
 	tail := output.NewTail(stderrTail)
 	cmd.Stdout = stdout
 	cmd.Stderr = io.MultiWriter(stderr, tail)
@@ -318,6 +323,12 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	stdout.Close()
 	stderr.Close()
+	if req.OnOutDir != nil && ctx.Err() == nil {
+		// deno is gone (Wait returned; on a timeout or a straggler its
+		// whole group was killed, and it may start no process of its
+		// own): nothing writes to out/ any more.
+		req.OnOutDir(filepath.Join(scratch, "out"), nil)
+	}
 	state := cmd.ProcessState
 	if state == nil {
 		return nil, fmt.Errorf("wait for deno: %w", waitErr)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"log/slog"
 	"net"
@@ -765,7 +766,7 @@ func TestEnvAndReady(t *testing.T) {
 	}
 	r := newRunner(t, func(o *Options) { o.SkillsDir = link })
 	env := r.Env()
-	want := sandbox.Environment{Backend: "local", ScratchDir: ScratchDirDescription, SkillsDir: skills}
+	want := sandbox.Environment{Backend: "local", ScratchDir: ScratchDirDescription, SkillsDir: skills, OutDir: OutDirDescription}
 	if env != want {
 		t.Errorf("Env() = %+v, want %+v", env, want)
 	}
@@ -944,5 +945,44 @@ func TestRunGigabyteFloodKeepsMemoryFlat(t *testing.T) {
 	}
 	if lineBytes.Load() > DefaultMaxOutput {
 		t.Errorf("OnStdoutLine got %d bytes, more than the %d kept", lineBytes.Load(), DefaultMaxOutput)
+	}
+}
+
+// TestRunOutDirHook: OnOutDir sees the run's out/ after the code ended and
+// before the scratch directory goes; stderr lines reach OnStderrLine.
+func TestRunOutDirHook(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, nil)
+	var seen map[string]string
+	var dirSeen string
+	var stderrLines []string
+	res, err := r.Run(t.Context(), sandbox.Request{
+		Code:         `await Deno.mkdir("out"); await Deno.writeTextFile("out/a.txt", "A"); console.error("e1"); console.error("e2")`,
+		Timeout:      30 * time.Second,
+		OnStderrLine: func(l string) { stderrLines = append(stderrLines, l) },
+		OnOutDir: func(dir string, skipped []string) {
+			dirSeen = dir
+			seen = map[string]string{}
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+				seen[e.Name()] = string(b)
+			}
+			if skipped != nil {
+				t.Errorf("skipped = %q, want nil from the local backend", skipped)
+			}
+		},
+	})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if seen["a.txt"] != "A" || len(seen) != 1 {
+		t.Fatalf("out/ seen by the hook: %q", seen)
+	}
+	if _, err := os.Stat(dirSeen); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("scratch out/ %s still there after the run: %v", dirSeen, err)
+	}
+	if strings.Join(stderrLines, ",") != "e1,e2" {
+		t.Fatalf("stderr lines = %q", stderrLines)
 	}
 }
