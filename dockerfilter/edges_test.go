@@ -167,6 +167,20 @@ func TestRefusedWithoutAnEngine(t *testing.T) {
 	for _, tc := range cases {
 		assertRefused(t, rawRequest(t, tf.socket, tc.head, tc.body), tc.name)
 	}
+	// Each refusal says what was wrong.
+	for _, m := range []struct {
+		body []byte
+		want string
+	}{
+		{[]byte(`["codeforge-run"]`), "not a JSON object"},
+		{[]byte(`"codeforge-run"`), "not a JSON object"},
+		{createBody(t, set("Privileged", true)), "Privileged must be false"},
+		{createBody(t, set("Cmd", "codeforge-run")), "Cmd must be an array of strings"},
+	} {
+		if resp := rawRequest(t, tf.socket, createHead, m.body); !strings.Contains(resp.body, m.want) {
+			t.Errorf("body %.60s: answer %q, want it to say %q", m.body, strings.TrimSpace(resp.body), m.want)
+		}
+	}
 	// Controls: requests that pass every check reach for the engine and,
 	// with none there, fail closed: an exec create cannot find the sandbox
 	// (503), anything else cannot reach the engine (502); never 2xx.
@@ -181,6 +195,7 @@ func TestRefusedWithoutAnEngine(t *testing.T) {
 		{"valid exec create of exactly the size cap", createHead, atCap, http.StatusServiceUnavailable},
 		{"valid kill", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--kill", "run1"}; m["Env"] = nil }), http.StatusServiceUnavailable},
 		{"valid check", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--check"}; m["Env"] = nil }), http.StatusServiceUnavailable},
+		{"valid kill without an Env key", createHead, createBody(t, func(m map[string]any) { m["Cmd"] = []string{"codeforge-run", "--kill", "run1"}; delete(m, "Env") }), http.StatusServiceUnavailable},
 		{"timeout of exactly a day", createHead, createBody(t, replaceEnv("CODEFORGE_TIMEOUT", "86400")), http.StatusServiceUnavailable},
 		{"ping", "GET /_ping HTTP/1.1", nil, http.StatusBadGateway},
 		{"versioned ping", "HEAD /v1.41/_ping HTTP/1.1", nil, http.StatusBadGateway},
