@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/codeforge/codeforge/settings"
 )
 
 // These tests pin the edges of what SECURITY.md promises, each found by
@@ -422,4 +424,51 @@ func TestContentEncodingEdges(t *testing.T) {
 		t.Errorf("gzip, br: status %d (%s), want 502 cannot_rewrite", resp.StatusCode, resp.Header.Get(errorHeader))
 	}
 	mustNotContain(t, "gzip, br", body, alphaSecret)
+}
+
+// TestPlacementEdges pins what mutation testing of placement.go found
+// unpinned: only a Basic Authorization header is decoded to substitute
+// inside it (not a Bearer one that happens to be base64, not another
+// header, not at another API's or an unconfigured host), and an escaped
+// path reaches the API byte for byte.
+func TestPlacementEdges(t *testing.T) {
+	t.Parallel()
+	tp := startProxy(t, withSettings(settings.Common{YOLO: true}))
+	up := newUpstream(t, nil)
+	_, c := tp.open(t)
+	b64 := base64.StdEncoding.EncodeToString([]byte("ALPHA_TOKEN:"))
+	wantBasic := "Basic " + base64.StdEncoding.EncodeToString([]byte(alphaSecret+":"))
+	cases := []struct {
+		name, host, header, value, want string
+	}{
+		{"Basic in Authorization (control)", "api.test", "Authorization", "Basic " + b64, wantBasic},
+		{"Bearer that is base64", "api.test", "Authorization", "Bearer " + b64, "Bearer " + b64},
+		{"Basic in another header", "api.test", "X-Forward-Auth", "Basic " + b64, "Basic " + b64},
+		{"Basic at another API's host", "beta.test", "Authorization", "Basic " + b64, "Basic " + b64},
+		{"Basic at an unconfigured host", "other.test", "Authorization", "Basic " + b64, "Basic " + b64},
+	}
+	for i, tc := range cases {
+		resp, body := do(t, c, "GET", up.url(tc.host, "/p"+strconv.Itoa(i)), nil, map[string]string{tc.header: tc.value})
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d: %s", tc.name, resp.StatusCode, body)
+			continue
+		}
+		var got string
+		for _, s := range up.seen() {
+			if s.URI == "/p"+strconv.Itoa(i) {
+				got = s.Header.Get(tc.header)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s: upstream got %s: %q, want %q", tc.name, tc.header, got, tc.want)
+		}
+	}
+	const escaped = "/v1/files/a%2Fb%3Bc%25d%20e"
+	if resp, body := do(t, c, "GET", up.url("api.test", escaped), nil, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("escaped path: status %d: %s", resp.StatusCode, body)
+	}
+	seen := up.seen()
+	if got := seen[len(seen)-1].URI; got != escaped {
+		t.Errorf("escaped path reached the API as %q, want %q byte for byte", got, escaped)
+	}
 }
