@@ -472,3 +472,25 @@ func TestPlacementEdges(t *testing.T) {
 		t.Errorf("escaped path reached the API as %q, want %q byte for byte", got, escaped)
 	}
 }
+
+// TestRedactionIsLoggedWhenItHappens: a request whose header or URL had a
+// REDACTING_STRINGS value replaced gets one "redact" line saying where and
+// how many; a request with nothing to redact gets none.
+func TestRedactionIsLoggedWhenItHappens(t *testing.T) {
+	t.Parallel()
+	tp := startProxy(t, withSettings(settings.Common{RedactingStrings: []string{"jane@example.org"}}))
+	up := newUpstream(t, nil)
+	_, c := tp.open(t)
+	do(t, c, "GET", up.url("api.test", "/clean"), nil, map[string]string{"X-Mail": "nobody"})
+	if logs := tp.log.String(); strings.Contains(logs, "msg=redact") {
+		t.Errorf("a request with nothing to redact logged a redact line:\n%s", logs)
+	}
+	do(t, c, "GET", up.url("api.test", "/u?m=jane@example.org"), nil, map[string]string{"X-Mail": "jane@example.org"})
+	logs := tp.log.String()
+	if !strings.Contains(logs, "msg=redact") || !strings.Contains(logs, `where=header+url count=2`) {
+		t.Errorf("the log lacks the redact line for the header and the query (count=2):\n%s", logs)
+	}
+	if got := up.seen()[1].Header.Get("X-Mail"); got != "REDACTED" {
+		t.Errorf("X-Mail upstream = %q", got)
+	}
+}
