@@ -38,6 +38,7 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 	wrapper := fl.String("wrapper", DefaultWrapper, "absolute path of codeforge-run in the sandbox image")
 	mode := fl.String("socket-mode", fmt.Sprintf("%04o", DefaultSocketMode), "file mode of the listening unix socket (octal)")
 	owner := fl.String("socket-owner", DefaultSocketOwner, `uid:gid the listening unix socket is given to ("" keeps the filter's own)`)
+	heal := fl.Bool("heal", true, "restart containers of the filter's compose project left in a restarted container's old network namespace (compose discovery only; see heal.go)")
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, "usage: codeforge dockerfilter [flags]\n\n"+
 			"Serves a filtered Docker API on --listen that allows only running code in\n"+
@@ -79,7 +80,13 @@ func Command(ctx context.Context, args []string, getenv settings.Getenv, stderr 
 		return fmt.Errorf("dockerfilter: %w", err)
 	}
 	log.Info("listening", "component", "dockerfilter", "addr", ln.Addr().String(), "docker_host", *dockerHost,
-		"sandbox_service", *service, "sandbox_container", *container, "run_user", *runUser)
+		"sandbox_service", *service, "sandbox_container", *container, "run_user", *runUser, "heal", *heal && *container == "")
+	if *heal && *container == "" {
+		healCtx, stopHeal := context.WithCancel(ctx)
+		healed := make(chan struct{})
+		go func() { defer close(healed); f.Heal(healCtx, DefaultHealInterval) }()
+		defer func() { stopHeal(); <-healed }()
+	}
 	return f.Serve(ctx, ln)
 }
 

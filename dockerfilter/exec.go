@@ -273,6 +273,11 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--check"}
+	case checkWithProbe(cmd):
+		if len(env) > 0 {
+			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
+		}
+		out.Cmd = []string{f.opts.Wrapper, "--check", cmd[2]}
 	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--kill" && runIDPattern.MatchString(cmd[2]):
 		if len(env) > 0 {
 			return nil, deny("exec create refused: %s --kill takes no Env", WrapperName)
@@ -284,8 +289,8 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--collect", cmd[2]}
 	default:
-		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
-			WrapperName, WrapperName, WrapperName, WrapperName)
+		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"], [%q, \"--check\", IPV4:PORT], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
+			WrapperName, WrapperName, WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
 }

@@ -18,6 +18,12 @@
 // engine (deny by default, fail closed). Paths are checked on the raw
 // request URI: percent-encoding, "..", ".", "//", trailing slashes, query
 // strings and method-override headers are all refused.
+//
+// Besides filtering, the filter heals its own compose project (Heal, run
+// by the dockerfilter command): a container left in the network namespace
+// of a container that has since restarted — the sandbox after a netguard
+// crash — is restarted into the new one once that namespace is locked
+// down. Clients cannot ask for this; it adds nothing to what they may do.
 package dockerfilter
 
 import (

@@ -169,8 +169,8 @@ func TestExecThroughFilter(t *testing.T) {
 			}
 		})
 	}
-	t.Run("check, kill and collect", func(t *testing.T) {
-		for _, cmd := range [][]string{{"codeforge-run", "--check"}, {"codeforge-run", "--kill", "0123456789abcdef"}, {"codeforge-run", "--collect", "0123456789abcdef"}} {
+	t.Run("check, probe, kill and collect", func(t *testing.T) {
+		for _, cmd := range [][]string{{"codeforge-run", "--check"}, {"codeforge-run", "--check", "192.0.2.1:3128"}, {"codeforge-run", "--kill", "0123456789abcdef"}, {"codeforge-run", "--collect", "0123456789abcdef"}} {
 			out := runExec(t, c, "sandbox", client.ExecCreateOptions{AttachStdout: true, AttachStderr: true, Cmd: cmd}, "")
 			var rep standinReport
 			if err := json.Unmarshal([]byte(out.stdout), &rep); err != nil {

@@ -105,6 +105,27 @@ func TestRefused(t *testing.T) {
 		})},
 		{"env keep out other value", createHead, createBody(t, withEnv(append(slices.Clone(validEnv), "CODEFORGE_KEEP_OUT=/etc")...))},
 		{"cmd check with env", createHead, createBody(t, set("Cmd", []string{"codeforge-run", "--check"}))},
+		{"cmd probe with env", createHead, createBody(t, set("Cmd", []string{"codeforge-run", "--check", "192.0.2.1:3128"}))},
+		{"cmd probe host name", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--check", "proxy:3128"}
+			m["Env"] = nil
+		})},
+		{"cmd probe flag", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--check", "--kill"}
+			m["Env"] = nil
+		})},
+		{"cmd probe no port", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--check", "192.0.2.1"}
+			m["Env"] = nil
+		})},
+		{"cmd probe octet out of range", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--check", "192.0.2.256:3128"}
+			m["Env"] = nil
+		})},
+		{"cmd probe two args", createHead, createBody(t, func(m map[string]any) {
+			m["Cmd"] = []string{"codeforge-run", "--check", "192.0.2.1:3128", "x"}
+			m["Env"] = nil
+		})},
 		{"cmd missing", createHead, createBody(t, set("Cmd", nil))},
 		{"cmd not strings", createHead, createBody(t, set("Cmd", []any{"codeforge-run", 1}))},
 		{"env other key", createHead, createBody(t, withEnv(append(slices.Clone(validEnv), "LD_PRELOAD=/tmp/x.so")...))},

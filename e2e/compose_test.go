@@ -100,6 +100,11 @@ func TestComposeHardening(t *testing.T) {
 	if sb.User != "10001:10001" || len(sb.CapAdd) > 0 || sb.PidsLimit <= 0 || sb.MemLimit == "" || !sb.Init {
 		t.Errorf("sandbox: user %q, cap_add %v, pids_limit %d, mem_limit %q, init %v", sb.User, sb.CapAdd, sb.PidsLimit, sb.MemLimit, sb.Init)
 	}
+	// The proxy reads what every run sends: its memory is capped, and Go's
+	// collector knows the cap.
+	if px := c.Services["proxy"]; px.MemLimit == "" || px.Environment["GOMEMLIMIT"] == nil {
+		t.Errorf("proxy: mem_limit %q, GOMEMLIMIT %v; want both set", px.MemLimit, px.Environment["GOMEMLIMIT"])
+	}
 	if sb.NetworkMode != "service:netguard" || len(sb.Networks) > 0 {
 		t.Errorf("sandbox: network_mode %q, networks %v; want only netguard's namespace", sb.NetworkMode, sb.Networks)
 	}

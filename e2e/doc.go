@@ -7,7 +7,9 @@
 // afterwards — also when a test fails, panics, times out or is interrupted
 // (a reaper process watches the test binary). TestTransparentMode does the
 // same for the transparent proxy mode (deploy/transparent/compose.transparent.yml
-// applied over docker-compose.yml).
+// applied over docker-compose.yml). TestStackHeals and
+// TestTransparentStackHeals crash each container in turn (SIGKILL of its
+// main process from the host) and check that the stack heals itself.
 //
 // They need a running Docker engine and Compose v2 (deploy/install-docker.sh)
 // and fail, never skip, without them. Run them with

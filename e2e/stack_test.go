@@ -29,7 +29,10 @@ import (
 
 // Names the stack uses; they match docker-compose.yml and compose.test.yml.
 const (
-	imageTag   = "e2e" // CODEFORGE_TAG: the tests never retag the user's :local images
+	// imageTag prefixes CODEFORGE_TAG: the tests never retag the user's
+	// :local images. The full tag also names the checkout (see stackTag):
+	// worktrees on one engine must not build over each other's images.
+	imageTag   = "e2e"
 	debianBase = "codeforge/debian-base:bookworm"
 	denoImage  = "codeforge/deno:bin-2.9.6"
 	apiName    = "testapi" // directory name of the test API config
@@ -150,7 +153,7 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 	st.port = freePort(tb)
 	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d/mcp", st.port)
 	st.env = append(cleanEnv(),
-		"CODEFORGE_TAG="+imageTag,
+		"CODEFORGE_TAG="+stackTag(root),
 		"CODEFORGE_PORT="+strconv.Itoa(st.port),
 		"CODEFORGE_DEBIAN_BASE="+debianBase,
 		"CODEFORGE_DENO_IMAGE="+denoImage,
@@ -171,6 +174,14 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 	}
 	st.waitReady(tb, 3*time.Minute)
 	return st
+}
+
+// stackTag is the image tag of this checkout's test stacks: imageTag and a
+// hash of the repository root, so that two checkouts testing at the same
+// time on one engine (git worktrees) each run the images of their own code.
+func stackTag(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return imageTag + "-" + hex.EncodeToString(sum[:4])
 }
 
 // cleanEnv is the test process's environment without anything that would

@@ -225,6 +225,7 @@ func TestComposeTransparentHardening(t *testing.T) {
 			User        string   `json:"user"`
 			Command     []string `json:"command"`
 			Image       string   `json:"image"`
+			MemLimit    string   `json:"mem_limit"`
 			NetworkMode string   `json:"network_mode"`
 			Networks    map[string]any
 			Environment map[string]*string
@@ -254,6 +255,9 @@ func TestComposeTransparentHardening(t *testing.T) {
 	px, sb, ng, srv := c.Services["proxy"], c.Services["sandbox"], c.Services["netguard"], c.Services["server"]
 	if caps := slices.Sorted(slices.Values(px.CapAdd)); !slices.Equal(caps, []string{"NET_ADMIN", "SETGID", "SETUID"}) {
 		t.Errorf("proxy cap_add %v, want exactly NET_ADMIN (iptables), SETUID and SETGID (to drop root)", px.CapAdd)
+	}
+	if px.MemLimit == "" || px.Environment["GOMEMLIMIT"] == nil {
+		t.Errorf("proxy: mem_limit %q, GOMEMLIMIT %v; want both kept from docker-compose.yml", px.MemLimit, px.Environment["GOMEMLIMIT"])
 	}
 	if px.NetworkMode != "service:netguard" || len(px.Networks) > 0 || !strings.Contains(px.Image, "proxy-transparent") {
 		t.Errorf("proxy: network_mode %q, networks %v, image %q; want netguard's namespace and the transparent image", px.NetworkMode, px.Networks, px.Image)

@@ -310,7 +310,7 @@ func runCommand(ctx context.Context, cfg *config, getenv settings.Getenv, logger
 			l.Close()
 			return fmt.Errorf("proxy: control listen %s: %w", cfg.controlListen, err)
 		}
-		control = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		control = newControlServer(h, log)
 		log.Info("control listening", "addr", cl.Addr().String())
 		go func() {
 			if err := control.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {

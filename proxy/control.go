@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // maxControlBody bounds control API request bodies.
@@ -90,6 +92,19 @@ func (p *Proxy) ControlHandler(token string) (http.Handler, error) {
 		writeJSON(w, http.StatusOK, FinishResponse{Entries: entries})
 	}))
 	return mux, nil
+}
+
+// newControlServer serves the control API with capped request heads
+// (431 beyond maxHeaderBytes) and bodies (maxControlBody) and a header
+// timeout.
+func newControlServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -25,26 +25,6 @@ func (e *privateDestError) Error() string {
 	return fmt.Sprintf("%s resolves to non-public address %s", e.host, e.addr)
 }
 
-// sharedSpace is RFC 6598 carrier-grade NAT space, private in practice.
-var sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
-
-// thisNetwork is 0.0.0.0/8, which some stacks route to the local host.
-var thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
-
-// publicAddr reports whether the proxy may dial a without
-// --allow-private-upstreams.
-func publicAddr(a netip.Addr) bool {
-	a = a.Unmap()
-	switch {
-	case !a.IsValid(), a.IsLoopback(), a.IsPrivate(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(),
-		a.IsInterfaceLocalMulticast(), a.IsMulticast(), a.IsUnspecified():
-		return false
-	case a.Is4() && (sharedSpace.Contains(a) || thisNetwork.Contains(a) || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})):
-		return false
-	}
-	return true
-}
-
 // dialContext resolves the host itself, checks every address it would
 // dial, and dials exactly the address it checked (no second lookup, so no
 // rebinding between check and use). In transparent mode the request

@@ -39,11 +39,6 @@ type placement struct {
 	tokens   []string // token names replaced
 }
 
-func newPlacement(x *exchange, rules *apiRules) *placement {
-	pl := &placement{x: x, rules: rules}
-	return pl
-}
-
 // transportProblem says why this request may carry no credential at all,
 // or "" when it may.
 func (pl *placement) transportProblem() string {
@@ -158,7 +153,7 @@ func (x *exchange) outgoing(fwd *apiRules) (*http.Request, *http.Response) {
 
 	var pl *placement
 	if fwd != nil {
-		pl = newPlacement(x, fwd)
+		pl = &placement{x: x, rules: fwd}
 	}
 	var redacted int
 	sub := func(where, s string, rep func(*apiRules) *rewrite.Replacer) string {

@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/elazarl/goproxy"
@@ -61,6 +62,11 @@ type Options struct {
 	// link-local and other non-public addresses. Off, such destinations
 	// are refused after DNS resolution.
 	AllowPrivateUpstreams bool
+
+	// dialControl, when set, vets every upstream socket before it
+	// connects. Tests set it to keep traffic on loopback even when a
+	// defence under test is broken.
+	dialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Proxy is the egress proxy. It is safe for concurrent use.
@@ -126,6 +132,7 @@ func New(opts Options) (*Proxy, error) {
 		publicURL: opts.PublicURL,
 		runs:      newRegistry(),
 		conns:     map[net.Conn]struct{}{},
+		dialer:    net.Dialer{Control: opts.dialControl},
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -161,10 +168,10 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-// newGoproxy configures goproxy for CONNECT interception only: every
-// tunnel is intercepted with a certificate from our CA (never goproxy's
-// built-in one) and every inner request goes through forward, which sends
-// it upstream itself; goproxy never dials anything.
+// newGoproxy configures goproxy to accept CONNECT only: every tunnel is
+// handed to serveTunnel, which intercepts it with a certificate from our
+// CA (never goproxy's built-in one) and sends every inner request through
+// forward; goproxy never dials anything.
 func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = goproxyLogger{p}
@@ -177,7 +184,6 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 		http.Error(w, "this is an HTTP proxy: send absolute-form requests or CONNECT", http.StatusBadRequest)
 	})
 	gp.OnRequest().HandleConnectFunc(p.handleConnect)
-	gp.OnRequest().DoFunc(p.handleTunnelRequest)
 	return gp
 }
 
@@ -227,6 +233,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey, c)
 		},
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -346,14 +353,16 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// bindRun ties a tunnel to its run so finishing the run closes it.
-func (c *trackedConn) bindRun(r *run) {
+// bindRun ties a tunnel to its run so finishing the run closes it. It
+// fails when the run has finished or holds max tunnels already.
+func (c *trackedConn) bindRun(r *run, max int) error {
+	if err := r.addTunnel(c, max); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	c.run = r
 	c.mu.Unlock()
-	if !r.addTunnel(c) {
-		_ = c.Close() // the run finished meanwhile
-	}
+	return nil
 }
 
 // CloseWrite and CloseRead keep half-close working through the wrapper.
@@ -387,7 +396,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), runKey, rn))
 	if r.Method == http.MethodConnect {
-		p.gp.ServeHTTP(w, r)
+		p.gp.ServeHTTP(bufferedHijacker{w}, r)
 		return
 	}
 	p.servePlain(w, r, rn)
@@ -409,49 +418,13 @@ func (p *Proxy) servePlain(w http.ResponseWriter, r *http.Request, rn *run) {
 		http.Error(w, "codeforge proxy: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	t := &target{run: rn, scheme: "http", host: host, port: port}
-	resp := p.forward(r, t)
-	defer resp.Body.Close()
-	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = vs
-	}
-	if _, ok := h["Content-Type"]; !ok {
-		h["Content-Type"] = nil // pass the upstream's headers as they are: no sniffing
-	}
-	if resp.ContentLength >= 0 && resp.Body != http.NoBody {
-		h.Set("Content-Length", fmt.Sprint(resp.ContentLength))
-	}
-	w.WriteHeader(resp.StatusCode)
-	if resp.Body == http.NoBody || r.Method == http.MethodHead {
-		return
-	}
-	// Flush every read so server-sent events and chunked responses reach
-	// the client as they arrive.
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				panic(http.ErrAbortHandler)
-			}
-			_ = rc.Flush()
-		}
-		if rerr == io.EOF {
-			return
-		}
-		if rerr != nil {
-			// Abort the connection so the client sees a broken body, not a
-			// complete one.
-			panic(http.ErrAbortHandler)
-		}
-	}
+	p.serveRequest(w, r, &target{run: rn, scheme: "http", host: host, port: port})
 }
 
-// handleConnect accepts every authenticated CONNECT for interception: the
-// decisions (allowlist, routing, credentials) are made per inner request,
-// so a refused request gets a readable answer instead of a failed tunnel.
+// handleConnect accepts every authenticated CONNECT for interception,
+// within the run's cap on open tunnels: the decisions (allowlist,
+// routing, credentials) are made per inner request, so a refused request
+// gets a readable answer instead of a failed tunnel.
 func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 	rn, _ := ctx.Req.Context().Value(runKey).(*run)
 	if rn == nil {
@@ -463,12 +436,19 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		ctx.Resp = textResponse(ctx.Req, http.StatusBadRequest, "bad_target", "codeforge proxy: "+err.Error())
 		return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
 	}
-	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok && rn != p.transparent {
-		tc.bindRun(rn)
-	}
 	pinned, _ := ctx.Req.Context().Value(pinnedKey).([]netip.Addr)
-	ctx.UserData = &target{run: rn, host: h, port: port, pinned: pinned}
-	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.tlsConfig}, host
+	t := &target{run: rn, host: h, port: port, pinned: pinned}
+	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok && rn != p.transparent {
+		switch err := tc.bindRun(rn, p.maxTunnels()); {
+		case errors.Is(err, errTooManyTunnels):
+			ctx.Resp = p.tooManyTunnels(ctx.Req, rn, t)
+			return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
+		case err != nil:
+			ctx.Resp = textResponse(ctx.Req, http.StatusForbidden, "run_finished", "codeforge proxy: this run has finished; its proxy identity is revoked")
+			return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
+		}
+	}
+	return p.hijackTunnel(t), host
 }
 
 // tlsConfig is what the sandbox sees when it opens TLS in a tunnel: a leaf
@@ -487,17 +467,6 @@ func (p *Proxy) tlsConfig(host string, _ *goproxy.ProxyCtx) (*tls.Config, error)
 		MinVersion:   tls.VersionTLS12,
 		NextProtos:   []string{"http/1.1"},
 	}, nil
-}
-
-// handleTunnelRequest handles one request read from inside a tunnel.
-func (p *Proxy) handleTunnelRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	t, ok := ctx.UserData.(*target)
-	if !ok || t == nil {
-		return req, textResponse(req, http.StatusInternalServerError, "internal", "codeforge proxy: request outside a tunnel")
-	}
-	tt := *t
-	tt.scheme = req.URL.Scheme // goproxy sets https when the tunnel speaks TLS
-	return req, p.forward(req, &tt)
 }
 
 func parsePublicURL(s string) (*url.URL, error) {

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -34,28 +35,56 @@ type run struct {
 	apis []string
 	ring bool // keep the newest entries rather than the oldest
 
-	mu      sync.Mutex
-	entries []*NetEntry
-	dropped int
-	revoked bool
-	tunnels map[io.Closer]struct{} // open CONNECT tunnels, closed on finish
+	mu       sync.Mutex
+	entries  []*NetEntry
+	dropped  int
+	revoked  bool
+	tunnels  map[io.Closer]struct{} // open CONNECT tunnels, closed on finish
+	inFlight int                    // requests the proxy is working on
 
 	// blobs are the Basic credentials the proxy assembled for this run.
 	blobs basicBlobs
 }
 
-// addTunnel registers an open tunnel; false when the run has finished.
-func (r *run) addTunnel(c io.Closer) bool {
+var (
+	errRunFinished    = errors.New("run finished")
+	errTooManyTunnels = errors.New("too many tunnels")
+)
+
+// addTunnel registers an open tunnel unless the run has finished
+// (errRunFinished) or already holds max tunnels (errTooManyTunnels).
+func (r *run) addTunnel(c io.Closer, max int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.revoked {
-		return false
+		return errRunFinished
+	}
+	if len(r.tunnels) >= max {
+		return errTooManyTunnels
 	}
 	if r.tunnels == nil {
 		r.tunnels = map[io.Closer]struct{}{}
 	}
 	r.tunnels[c] = struct{}{}
+	return nil
+}
+
+// startRequest counts a request in flight; false when max already are.
+// Every true is paired with endRequest.
+func (r *run) startRequest(max int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight >= max {
+		return false
+	}
+	r.inFlight++
 	return true
+}
+
+func (r *run) endRequest() {
+	r.mu.Lock()
+	r.inFlight--
+	r.mu.Unlock()
 }
 
 func (r *run) dropTunnel(c io.Closer) {

@@ -41,8 +41,6 @@ type apiRules struct {
 	// names finds the API's token names (each replaced by itself): a
 	// name left as a name, or one that must not travel at all.
 	names, namesRefused *rewrite.Replacer
-	// restricted are the upper-case methods refused (restricted_methods).
-	restricted []string
 }
 
 // minBase64Core is the shortest base64 run looked for as a credential's
@@ -79,7 +77,7 @@ func newAPIRules(a *apis.API) (*apiRules, error) {
 		"fwdPath":  url.PathEscape,
 		"fwdJSON":  jsonEscape,
 	}
-	r := &apiRules{api: a, restricted: a.RestrictedMethods}
+	r := &apiRules{api: a}
 	dst := map[string]**rewrite.Replacer{"fwd": &r.fwd, "fwdQuery": &r.fwdQuery, "fwdPath": &r.fwdPath, "fwdJSON": &r.fwdJSON}
 	for form, enc := range forms {
 		pairs := map[string]string{}

@@ -41,7 +41,9 @@ func (p *Proxy) ServeTransparentConn(conn net.Conn, origDst netip.AddrPort) {
 		_ = tc.Close()
 		return
 	}
-	rec := &recorder{r: br}
+	// The peek reads at most one capped request head (a ClientHello is far
+	// smaller), so the recording is bounded too.
+	rec := &recorder{r: &headLimit{r: br, left: maxHeaderBytes}}
 	var name string
 	isTLS := first[0] == 0x16 // TLS handshake record
 	if isTLS {
@@ -51,6 +53,16 @@ func (p *Proxy) ServeTransparentConn(conn net.Conn, origDst netip.AddrPort) {
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	log := p.log.With("run", p.transparent.id, "dst", origDst.String())
+	if errors.Is(err, errHeadTooLarge) {
+		log.Info("req", "status", http.StatusRequestHeaderFieldsTooLarge, "blocked", "head_too_large")
+		if !isTLS {
+			resp := textResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "head_too_large", "codeforge proxy: request head over 1 MiB")
+			resp.Close = true
+			_ = resp.Write(tc)
+		}
+		_ = tc.Close()
+		return
+	}
 	if err != nil {
 		log.Info("req", "status", 0, "blocked", "unreadable", "err", err.Error())
 		_ = tc.Close()

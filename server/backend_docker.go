@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 
+	"github.com/codeforge/codeforge/dockerfilter"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/docker"
@@ -82,6 +85,7 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 		DockerHost: host,
 		Container:  get(envSandboxContainer),
 		MemoryMB:   cfg.MemoryMB,
+		ProbeAddr:  probeAddr(sandboxProxyURL, transparent),
 		Logger:     cfg.Logger,
 	})
 	if err != nil {
@@ -92,6 +96,36 @@ func buildDockerBackend(ctx context.Context, cfg *config) (sandbox.Runner, proxy
 		cfg.Logger.With("component", "serve").Info("proxy in transparent mode: runs get no proxy settings; their network logs are the proxy's, not per run")
 	}
 	return &dockerRunner{Runner: runner, gate: gate}, gate, nil
+}
+
+// transparentProbeAddr is where a run's connection reaches a transparent
+// proxy: any TCP connection of the sandbox user to port 443 is redirected
+// to it (deploy/transparent), and without the proxy's rules nothing
+// listens there, so the probe fails closed.
+const transparentProbeAddr = "127.0.0.1:443"
+
+// probeAddr is the address Ready has the sandbox connect to, to check the
+// sandbox → proxy path (/health reports it): the proxy's IPv4 address and
+// port from SANDBOX_PROXY_URL, or the redirected port in transparent mode.
+// A proxy URL with a host name (no DNS in the compose sandbox) gets no
+// probe.
+func probeAddr(sandboxProxyURL string, transparent bool) string {
+	if transparent {
+		return transparentProbeAddr
+	}
+	u, err := url.Parse(sandboxProxyURL)
+	if err != nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	addr := net.JoinHostPort(u.Hostname(), port)
+	if !dockerfilter.ValidProbeTarget(addr) {
+		return ""
+	}
+	return addr
 }
 
 // controlGate is the proxy's control API as a Gate, connected on first

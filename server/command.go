@@ -348,6 +348,9 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	if cfg.Backend != "local" && cfg.Backend != "docker" {
 		return nil, fmt.Errorf("--sandbox (SANDBOX_BACKEND) is %q: want local or docker", cfg.Backend)
 	}
+	if cfg.Backend == "local" && common.YOLO {
+		return nil, fmt.Errorf("--sandbox local (SANDBOX_BACKEND) with YOLO_MODE=true: %w", local.ErrAllHosts)
+	}
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("--addr (CODEFORGE_ADDR) is %q: want host:port, e.g. 127.0.0.1:8080", cfg.Addr)
 	}

@@ -154,6 +154,7 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 		{"bad addr", []string{"--addr", "8080"}, nil, []string{"--addr (CODEFORGE_ADDR)", "host:port"}},
 		{"bad bool", nil, map[string]string{"ALLOW_PRIVATE_UPSTREAMS": "maybe"}, []string{"ALLOW_PRIVATE_UPSTREAMS"}},
 		{"bad YOLO", nil, map[string]string{"YOLO_MODE": "sure"}, []string{"YOLO_MODE"}},
+		{"YOLO on the local backend", nil, map[string]string{"YOLO_MODE": "true"}, []string{"--sandbox local", "YOLO_MODE", "Deno.connect", "169.254.169.254", "Docker"}},
 		{"bad API config", []string{"--apis-dir", badAPIs}, nil, []string{"config.json", "APIS_DIR"}},
 		{"two tokens", []string{"--token-file", emptyToken}, map[string]string{"CODEFORGE_TOKEN": "x"}, []string{"both CODEFORGE_TOKEN and --token-file"}},
 		{"empty token file", []string{"--token-file", emptyToken}, nil, []string{"is empty"}},

@@ -69,7 +69,9 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	// A backend that is not ready yet (Docker: the sandbox has not got the
 	// proxy's CA, or the proxy is not up) would fail the run in a confusing
 	// way, e.g. a TLS error on the first fetch; say so plainly instead.
-	if err := s.opts.Runner.Ready(ctx); err != nil {
+	if err := s.opts.Runner.Ready(ctx); errors.Is(err, sandbox.ErrNetworkDown) {
+		return toolError("execute_code: %v; nothing ran, try again in a few seconds", err), nil
+	} else if err != nil {
 		return toolError("execute_code: CodeForge is still starting (%v); nothing ran, try again in a few seconds", err), nil
 	}
 	if s.opts.Settings.Debug {

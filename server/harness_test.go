@@ -145,6 +145,8 @@ type harnessConfig struct {
 	runsDir string
 	// backend, if set, replaces the local runner (e.g. the Docker one).
 	backend sandbox.Runner
+	// memoryMB replaces testMemoryMB as the runs' memory cap.
+	memoryMB int
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
@@ -160,11 +162,15 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		deno = testenv.Deno(t)
 	}
 	skillsDir := t.TempDir()
+	memoryMB := testMemoryMB
+	if cfg.memoryMB > 0 {
+		memoryMB = cfg.memoryMB
+	}
 	lr, err := local.New(local.Options{
 		DenoPath:    deno,
 		SkillsDir:   skillsDir,
 		ScratchRoot: t.TempDir(),
-		MemoryMB:    testMemoryMB,
+		MemoryMB:    memoryMB,
 		CACertFile:  cfg.caCert,
 	})
 	if err != nil {
@@ -212,7 +218,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		APIs:          func() *apis.Set { return set },
 		Skills:        store,
 		MaxConcurrent: 2,
-		MemoryMB:      testMemoryMB,
+		MemoryMB:      memoryMB,
 		Logger:        logger,
 	}
 	if cfg.gate != nil {

@@ -88,7 +88,9 @@ func (s *Server) buildInstructions() string {
 			"it is sent as the plain name: the run's network log says so in \"notes\". Do not try to move a credential elsewhere.\n")
 		p("- Responses are scrubbed of every secret in every common encoding; a response that holds one in a form that cannot be turned back " +
 			"(e.g. base64) is refused with a 502. Range requests are not passed on: fetch whole resources.\n")
-		p("- Some APIs refuse some HTTP methods (restricted_methods, or only allow some: allowed_methods): the proxy answers them with a permanent 403; do not retry.\n")
+		p("- Some APIs refuse some HTTP methods (restricted_methods, or only allow some: allowed_methods): the proxy answers them with a permanent 403; do not retry. " +
+			"To such APIs, form, JSON and multipart bodies (and POST bodies without a Content-Type) are checked for _method overrides and may be at most 1 MiB; " +
+			"send a larger upload with a Content-Type such as application/octet-stream.\n")
 	}
 
 	p("\n## APIs\n")

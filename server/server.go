@@ -259,7 +259,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := s.opts.Runner.Ready(ctx); err != nil {
+	// A fresh check: /health reports an outage while it lasts, even when
+	// runs still trust a success of a moment ago.
+	if err := s.opts.Runner.Ready(sandbox.FreshReady(ctx)); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		json.NewEncoder(w).Encode(map[string]string{"status": "starting", "reason": err.Error()})
 		return

@@ -1,6 +1,6 @@
 // Package settings reads the settings every CodeForge subcommand shares
-// (YOLO_MODE, USER_AGENT, REDACTING_STRINGS, DEBUG_MODE) from the
-// environment, after an optional .env file has been loaded into it.
+// (YOLO_MODE, USER_AGENT, REDACTING_STRINGS, DEBUG_MODE and the proxy's
+// per-run caps) from the environment, after an optional .env file has been loaded into it.
 package settings
 
 import (
@@ -25,6 +25,13 @@ type Common struct {
 	RedactingStrings []string
 	// Debug logs submitted code and (redacted) payloads.
 	Debug bool
+	// MaxTunnelsPerRun caps the CONNECT tunnels one run holds open at the
+	// proxy at once (PROXY_MAX_TUNNELS_PER_RUN); 0 means the proxy's
+	// default (64).
+	MaxTunnelsPerRun int
+	// MaxRequestsPerRun caps the requests of one run the proxy works on at
+	// once (PROXY_MAX_REQUESTS_PER_RUN); 0 means the proxy's default (32).
+	MaxRequestsPerRun int
 }
 
 // Getenv looks up an environment variable; os.LookupEnv fits.
@@ -57,7 +64,27 @@ func FromEnv(getenv Getenv) (Common, error) {
 	}
 	c.UserAgent, _ = getenv("USER_AGENT")
 	c.RedactingStrings = List(getenv, "REDACTING_STRINGS")
+	if c.MaxTunnelsPerRun, err = Count(getenv, "PROXY_MAX_TUNNELS_PER_RUN"); err != nil {
+		return c, err
+	}
+	if c.MaxRequestsPerRun, err = Count(getenv, "PROXY_MAX_REQUESTS_PER_RUN"); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// Count parses a whole number of at least 1; unset or empty is 0 (the
+// default of whoever reads it).
+func Count(getenv Getenv, name string) (int, error) {
+	v, ok := getenv(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a whole number of at least 1", name, v)
+	}
+	return n, nil
 }
 
 // Bool parses a boolean variable; unset or empty is false.

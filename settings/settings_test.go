@@ -16,15 +16,18 @@ func env(m map[string]string) Getenv {
 func TestFromEnv(t *testing.T) {
 	t.Parallel()
 	got, err := FromEnv(env(map[string]string{
-		"YOLO_MODE":         "true",
-		"DEBUG_MODE":        " 1 ",
-		"USER_AGENT":        "codeforge/1",
-		"REDACTING_STRINGS": "alice@example.com, ,555-0100,",
+		"YOLO_MODE":                  "true",
+		"DEBUG_MODE":                 " 1 ",
+		"USER_AGENT":                 "codeforge/1",
+		"REDACTING_STRINGS":          "alice@example.com, ,555-0100,",
+		"PROXY_MAX_TUNNELS_PER_RUN":  "8",
+		"PROXY_MAX_REQUESTS_PER_RUN": " 4 ",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Common{YOLO: true, Debug: true, UserAgent: "codeforge/1", RedactingStrings: []string{"alice@example.com", "555-0100"}}
+	want := Common{YOLO: true, Debug: true, UserAgent: "codeforge/1", RedactingStrings: []string{"alice@example.com", "555-0100"},
+		MaxTunnelsPerRun: 8, MaxRequestsPerRun: 4}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -39,6 +42,18 @@ func TestFromEnvRejectsBadBooleans(t *testing.T) {
 		_, err := FromEnv(env(map[string]string{name: "yes please"}))
 		if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "want true or false") {
 			t.Errorf("%s=yes please: err %v; want one naming the variable and the accepted values", name, err)
+		}
+	}
+}
+
+func TestFromEnvRejectsBadCounts(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"PROXY_MAX_TUNNELS_PER_RUN", "PROXY_MAX_REQUESTS_PER_RUN"} {
+		for _, v := range []string{"0", "-3", "many", "1.5"} {
+			_, err := FromEnv(env(map[string]string{name: v}))
+			if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "at least 1") {
+				t.Errorf("%s=%s: err %v; want one naming the variable and the accepted values", name, v, err)
+			}
 		}
 	}
 }

@@ -66,6 +66,9 @@ const (
 	signalTrailer = "codeforge-run: deno ended by signal "
 	// wrapperRefused is codeforge-run's exit status when it refuses a run.
 	wrapperRefused = 125
+	// checkNetworkDown is codeforge-run --check ADDR's exit status when
+	// the sandbox cannot connect to the proxy.
+	checkNetworkDown = 4
 	// stderrTail is how much of the end of stderr is kept to find V8's
 	// out-of-memory report and the wrapper's trailer after a flood.
 	stderrTail = 8 << 10
@@ -95,6 +98,12 @@ type Options struct {
 	// Grace is how long past its timeout a run may go before the runner
 	// kills it from outside. Default DefaultGrace.
 	Grace time.Duration
+	// ProbeAddr is the proxy as a run reaches it, IPv4:port (e.g.
+	// 192.0.2.1:3128). When set, Ready also has the sandbox open a TCP
+	// connection to it, as a run would (codeforge-run --check ADDR), and
+	// reports sandbox.ErrNetworkDown when it cannot; a run that fails
+	// with a network error is checked the same way. Empty: no probe.
+	ProbeAddr string
 	// Logger receives lifecycle logs; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -109,6 +118,7 @@ type Runner struct {
 	skillsDir string
 	scratch   string
 	grace     time.Duration
+	probe     string
 	log       *slog.Logger
 	closed    atomic.Bool
 
@@ -154,6 +164,9 @@ func New(opts Options) (*Runner, error) {
 	if opts.Grace < 0 {
 		return nil, fmt.Errorf("docker sandbox: Grace is %v: want a positive duration, or 0 for the default %v", opts.Grace, DefaultGrace)
 	}
+	if opts.ProbeAddr != "" && !dockerfilter.ValidProbeTarget(opts.ProbeAddr) {
+		return nil, fmt.Errorf("docker sandbox: ProbeAddr %q: want the proxy's address as runs reach it, IPv4:port (e.g. 192.0.2.1:3128)", opts.ProbeAddr)
+	}
 	if !path.IsAbs(opts.SkillsDir) {
 		return nil, fmt.Errorf("docker sandbox: SkillsDir %q: want an absolute path as the sandbox sees it", opts.SkillsDir)
 	}
@@ -173,6 +186,7 @@ func New(opts Options) (*Runner, error) {
 		skillsDir: opts.SkillsDir,
 		scratch:   opts.ScratchHint,
 		grace:     opts.Grace,
+		probe:     opts.ProbeAddr,
 		log:       log.With("component", "sandbox", "backend", "docker"),
 	}, nil
 }
@@ -190,21 +204,27 @@ func (r *Runner) Close() error {
 }
 
 // Ready pings the engine through the filter and runs `codeforge-run
-// --check` in the sandbox (deno starts, the proxy's CA is there). A
-// success is trusted for a few seconds.
+// --check` in the sandbox (deno starts, the proxy's CA is there, and with
+// ProbeAddr the sandbox reaches the proxy). A success is trusted for a few
+// seconds, unless ctx comes from sandbox.FreshReady.
 func (r *Runner) Ready(ctx context.Context) error {
 	if r.closed.Load() {
 		return errors.New("docker sandbox is closed")
 	}
 	r.readyMu.Lock()
 	defer r.readyMu.Unlock()
-	if !r.readyAt.IsZero() && time.Since(r.readyAt) < readyFor {
+	if !sandbox.WantsFreshReady(ctx) && !r.readyAt.IsZero() && time.Since(r.readyAt) < readyFor {
 		return nil
 	}
+	r.readyAt = time.Time{}
 	if _, err := r.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return fmt.Errorf("starting: docker socket filter at %s: %w", r.host, err)
 	}
-	res, err := r.control(ctx, "--check")
+	args := []string{"--check"}
+	if r.probe != "" {
+		args = append(args, r.probe)
+	}
+	res, err := r.control(ctx, args...)
 	if err != nil {
 		return fmt.Errorf("starting: sandbox container %q: %w", r.container, err)
 	}
@@ -212,6 +232,9 @@ func (r *Runner) Ready(ctx context.Context) error {
 		msg := strings.TrimPrefix(firstLine(res.stderr), wrapperPrefix)
 		if msg == "" {
 			msg = fmt.Sprintf("codeforge-run --check exited with %d", res.exitCode)
+		}
+		if res.exitCode == checkNetworkDown {
+			return fmt.Errorf("%w: %s", sandbox.ErrNetworkDown, strings.TrimPrefix(msg, "network: "))
 		}
 		return fmt.Errorf("starting: sandbox not ready: %s", msg)
 	}
@@ -240,7 +263,22 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		// call must check again rather than trust an earlier success.
 		r.forgetReady()
 	}
+	if err == nil && r.probe != "" && res.ExitCode != 0 && !res.TimedOut && networkFailure(res.Stderr) {
+		// The code failed on a network error: if the sandbox cannot
+		// reach the proxy, that is the stack's fault, not the code's;
+		// say so rather than hand over a raw OS error.
+		if nerr := r.Ready(sandbox.FreshReady(ctx)); errors.Is(nerr, sandbox.ErrNetworkDown) {
+			r.log.Warn("run hit a broken network path", "err", nerr)
+			return nil, fmt.Errorf("%w; the run's network requests failed on it: try again in a few seconds", nerr)
+		}
+	}
 	return res, err
+}
+
+// networkFailure reports whether stderr holds the error Deno gives when a
+// connection cannot be made at all (an OS error under a failed request).
+func networkFailure(stderr string) bool {
+	return strings.Contains(stderr, "error sending request") || strings.Contains(stderr, "(os error ")
 }
 
 func (r *Runner) forgetReady() {

@@ -463,6 +463,44 @@ func TestReadyWithoutCA(t *testing.T) {
 	}
 }
 
+// TestReadyProbesProxyPath: with ProbeAddr, Ready has the sandbox connect
+// to the proxy as a run would, and reports sandbox.ErrNetworkDown while it
+// cannot (fresh checks see it at once, whatever was cached); a run that
+// fails on a network error then is that error, not the raw OS error; and
+// once the path is back, Ready is too and a failing fetch is the code's
+// own result again. The "proxy" is a listener inside the sandbox, on its
+// loopback (the sandbox has no other network here).
+func TestReadyProbesProxyPath(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{})
+	r := newRunner(t, Options{DockerHost: sb.FilterHost, ProbeAddr: "127.0.0.1:7777"})
+	err := r.Ready(context.Background())
+	if !errors.Is(err, sandbox.ErrNetworkDown) || !strings.Contains(err.Error(), "cannot reach the proxy at 127.0.0.1:7777 (Connection refused)") {
+		t.Fatalf("Ready with nothing at the probe address: %v; want ErrNetworkDown naming the proxy and the reason", err)
+	}
+	fetch := sandbox.Request{Code: `await fetch("http://127.0.0.1:7778/")`, Timeout: 30 * time.Second, AllowHosts: []string{"127.0.0.1:7778"}}
+	res, err := r.Run(context.Background(), fetch)
+	if !errors.Is(err, sandbox.ErrNetworkDown) || strings.Contains(err.Error(), "os error") {
+		t.Fatalf("a fetch with the path down: %+v, %v; want ErrNetworkDown without the raw OS error", res, err)
+	}
+
+	dockertest.Docker(t, "exec", "-d", "-u", "10001:10001", sb.ID, "deno", "eval",
+		`for await (const c of Deno.listen({ hostname: "127.0.0.1", port: 7777 })) c.close();`)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		err = r.Ready(sandbox.FreshReady(context.Background()))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready with the listener up: %v", err)
+		}
+	}
+	res, err = r.Run(context.Background(), fetch)
+	if err != nil || res.ExitCode == 0 || !strings.Contains(res.Stderr, "os error") {
+		t.Errorf("a failing fetch with the path up: %+v, %v; want the code's own error as its result", res, err)
+	}
+}
+
 // TestNewRejectsBadOptions: each bad option is refused with its name.
 func TestNewRejectsBadOptions(t *testing.T) {
 	for _, tc := range []struct {
@@ -474,6 +512,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{Options{MemoryMB: -1}, "MemoryMB"},
 		{Options{Grace: -time.Second}, "Grace"},
 		{Options{SkillsDir: "skills"}, "SkillsDir"},
+		{Options{ProbeAddr: "proxy:3128"}, "ProbeAddr"},
+		{Options{ProbeAddr: "192.0.2.1"}, "ProbeAddr"},
 	} {
 		if _, err := New(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v): %v, want an error about %s", tc.opts, err, tc.want)

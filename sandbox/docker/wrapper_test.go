@@ -84,7 +84,12 @@ func TestWrapper(t *testing.T) {
 		{"collect without id", nil, []string{"--collect"}, "usage"},
 		{"collect bad id", nil, []string{"--collect", "../../x"}, "--collect needs a run ID"},
 		{"keep out value", with("CODEFORGE_KEEP_OUT=yes"), nil, "CODEFORGE_KEEP_OUT"},
-		{"check with args", nil, []string{"--check", "x"}, "usage"},
+		{"check with args", nil, []string{"--check", "192.0.2.1:3128", "x"}, "usage"},
+		{"check probe not an address", nil, []string{"--check", "x"}, "IPV4:PORT"},
+		{"check probe host name", nil, []string{"--check", "proxy:3128"}, "IPV4:PORT"},
+		{"check probe flag", nil, []string{"--check", "--kill"}, "IPV4:PORT"},
+		{"check probe no port", nil, []string{"--check", "192.0.2.1:"}, "IPV4:PORT"},
+		{"check probe five octets", nil, []string{"--check", "1.2.3.4.5:80"}, "IPV4:PORT"},
 	} {
 		stdout, stderr, code := wrapperExec(t, sb, tc.env, `console.log("ran")`, tc.args...)
 		if code != 125 || !strings.HasPrefix(stderr, "codeforge-run: ") || !strings.Contains(stderr, tc.want) || stdout != "" {

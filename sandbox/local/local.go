@@ -1,7 +1,8 @@
 // Package local is the sandbox backend that needs no Docker: each run is a
 // fresh `deno run` subprocess on the server's own machine, confined by
 // Deno's permission flags (reads and writes only in its scratch and skills
-// directories, network only to the hosts the run allows, no environment,
+// directories, network only to the hosts the run allows — never to every
+// host, see ErrAllHosts — no environment,
 // subprocesses, FFI or system information), a minimal explicit
 // environment that carries none of the server's secrets, a V8 heap cap and
 // a data-size limit, a timeout that kills its whole process group, and
@@ -230,6 +231,19 @@ func (r *Runner) Close() error {
 	return nil
 }
 
+// ErrAllHosts refuses unrestricted network (YOLO mode) on this backend.
+// Deno has one network permission for fetch and raw sockets: granting
+// every host lets run code open TCP connections with Deno.connect to
+// loopback services, link-local addresses and private networks, around the
+// proxy. Deno's --deny-net does check resolved addresses and CIDR ranges,
+// but it cannot exempt the proxy's own loopback port, which every run
+// needs, so no deny list can make this safe. The Docker deployment, whose
+// sandbox's only route out is the proxy, runs YOLO mode.
+var ErrAllHosts = errors.New("YOLO_MODE is not available with the local sandbox backend: Deno's --allow-net would also let run code " +
+	"open raw TCP connections (Deno.connect) to this machine's loopback services, link-local addresses such as 169.254.169.254 " +
+	"(a cloud machine's credential service) and private networks, around the proxy. Run YOLO mode on the Docker deployment " +
+	"(--sandbox docker, see README: Docker), or set YOLO_MODE=false and add the hosts the code needs as API domains")
+
 // Run executes req.Code in a fresh deno process. Timeout, out of memory and
 // non-zero exit are reported in the Result; an error means the run could
 // not be attempted, or ctx ended before it finished (the process is killed
@@ -262,7 +276,6 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		skills:    r.skillsDir,
 		readPaths: req.ReadPaths,
 		hosts:     req.AllowHosts,
-		allHosts:  req.AllowAllHosts,
 		memoryMB:  r.memoryMB,
 	})...)
 	cmd.Dir = scratch
@@ -354,6 +367,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 
 // checkRequest refuses a request the runner cannot honour exactly.
 func checkRequest(req sandbox.Request) error {
+	if req.AllowAllHosts {
+		return ErrAllHosts
+	}
 	if req.Timeout <= 0 {
 		return fmt.Errorf("timeout is %v: want a positive duration", req.Timeout)
 	}
@@ -385,7 +401,6 @@ type argSpec struct {
 	scratch, skills string
 	readPaths       []string
 	hosts           []string
-	allHosts        bool
 	memoryMB        int
 }
 
@@ -411,12 +426,10 @@ func denoArgs(s argSpec) []string {
 		"--deny-sys",
 		"--deny-import",
 	}
-	switch {
-	case s.allHosts:
-		args = append(args, "--allow-net")
-	case len(s.hosts) > 0:
+	// Never a bare --allow-net: see ErrAllHosts.
+	if len(s.hosts) > 0 {
 		args = append(args, "--allow-net="+strings.Join(s.hosts, ","))
-	default:
+	} else {
 		args = append(args, "--deny-net")
 	}
 	return append(args, "--v8-flags=--max-old-space-size="+strconv.Itoa(s.memoryMB), "-")

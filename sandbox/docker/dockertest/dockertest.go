@@ -32,7 +32,7 @@ import (
 
 // tools are the host programs the wrapper needs besides deno (the shell's
 // builtins cover echo, printf, read, kill, wait, test).
-var tools = []string{"dash", "timeout", "setsid", "env", "rm", "mkdir", "chmod", "sleep", "cat", "find", "tar"}
+var tools = []string{"dash", "bash", "timeout", "setsid", "env", "rm", "mkdir", "chmod", "sleep", "cat", "find", "tar"}
 
 var images sync.Map // wrapper-hash -> *imageOnce
 
