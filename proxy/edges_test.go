@@ -283,7 +283,7 @@ func TestSwitchingProtocolsRefused(t *testing.T) {
 }
 
 // TestFormPeekCap: the proxy reads a URL-encoded form to an API with
-// restricted methods up to maxFormPeek bytes to find _method. A form of
+// restricted methods up to maxBodyPeek bytes to find _method. A form of
 // exactly that size is checked whole (a _method at its very end is
 // found); a larger one is refused with 413 rather than passed on
 // unchecked. An API without restricted methods gets any size.
@@ -296,23 +296,23 @@ func TestFormPeekCap(t *testing.T) {
 	tail := "&_method=DELETE"
 	pad := func(n int) string { return "a=" + strings.Repeat("x", n-len("a=")) }
 
-	atCap := pad(maxFormPeek-len(tail)) + tail
-	if len(atCap) != maxFormPeek {
+	atCap := pad(maxBodyPeek-len(tail)) + tail
+	if len(atCap) != maxBodyPeek {
 		t.Fatalf("test bug: %d bytes", len(atCap))
 	}
 	resp, body := do(t, c, "POST", up.url("api.test", "/v1/form"), strings.NewReader(atCap), hdr)
 	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(errorHeader) != "method_restricted" {
 		t.Errorf("form of exactly %d bytes ending in _method=DELETE: status %d (%s), want 403 method_restricted: %.200s",
-			maxFormPeek, resp.StatusCode, resp.Header.Get(errorHeader), body)
+			maxBodyPeek, resp.StatusCode, resp.Header.Get(errorHeader), body)
 	}
-	overCap := pad(maxFormPeek) + tail
+	overCap := pad(maxBodyPeek) + tail
 	resp, body = do(t, c, "POST", up.url("api.test", "/v1/form"), strings.NewReader(overCap), hdr)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get(errorHeader) != "form_too_large" {
-		t.Errorf("form over %d bytes with a late _method=DELETE: status %d (%s), want 413 form_too_large: %.200s",
-			maxFormPeek, resp.StatusCode, resp.Header.Get(errorHeader), body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get(errorHeader) != "body_too_large" {
+		t.Errorf("form over %d bytes with a late _method=DELETE: status %d (%s), want 413 body_too_large: %.200s",
+			maxBodyPeek, resp.StatusCode, resp.Header.Get(errorHeader), body)
 	}
-	mustContain(t, "413 body", body, "_method", "JSON")
-	oneOver := pad(maxFormPeek + 1)
+	mustContain(t, "413 body", body, "_method", "restricted_methods")
+	oneOver := pad(maxBodyPeek + 1)
 	if resp, _ := do(t, c, "POST", up.url("api.test", "/v1/form"), strings.NewReader(oneOver), hdr); resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("form of %d bytes without _method to an API with restricted methods: status %d, want 413", len(oneOver), resp.StatusCode)
 	}
@@ -321,11 +321,11 @@ func TestFormPeekCap(t *testing.T) {
 	}
 	// Controls: a form of exactly the cap without _method passes whole, and
 	// so does a larger one to an API without restricted methods.
-	plain := pad(maxFormPeek-len("&k=ALPHA_TOKEN")) + "&k=ALPHA_TOKEN"
+	plain := pad(maxBodyPeek-len("&k=ALPHA_TOKEN")) + "&k=ALPHA_TOKEN"
 	if resp, body := do(t, c, "POST", up.url("api.test", "/v1/form"), strings.NewReader(plain), hdr); resp.StatusCode != http.StatusOK {
-		t.Errorf("form of exactly %d bytes without _method: status %d: %.200s", maxFormPeek, resp.StatusCode, body)
+		t.Errorf("form of exactly %d bytes without _method: status %d: %.200s", maxBodyPeek, resp.StatusCode, body)
 	}
-	big := pad(2*maxFormPeek) + tail
+	big := pad(2*maxBodyPeek) + tail
 	if resp, body := do(t, c, "POST", up.url("beta.test", "/v1/form"), strings.NewReader(big), hdr); resp.StatusCode != http.StatusOK {
 		t.Errorf("large form to an API without restricted methods: status %d: %.200s", resp.StatusCode, body)
 	}
