@@ -203,7 +203,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	// through --upstream-ca), so credentialed requests put injection and
 	// payload lines in the log before and after the reload.
 	api := newEchoAPI(t, "localhost")
-	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["localhost"], "ports": [`+api.port+`], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
+	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["localhost"], "ports": [` + api.port + `], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
 	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret", "FIRST_KEY_ROTATED": "first-rotated-secret",
 		"SECOND_KEY": "second-secret", "DEBUG_MODE": "true"}
 	ctx, cancel := context.WithCancel(context.Background())
