@@ -2,11 +2,17 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -197,11 +203,15 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	deno := testenv.Deno(t)
 	dir := t.TempDir()
-	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["first.test"], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
+	// "first" is a real TLS API on loopback (named localhost, trusted
+	// through --upstream-ca), so credentialed requests put injection and
+	// payload lines in the log before and after the reload.
+	api := newEchoAPI(t, "localhost")
+	apisDir := writeAPIs(t, map[string]string{"first": `{"domains": ["localhost"], "ports": [` + api.port + `], "credentials": {"FIRST_TOKEN": "${FIRST_KEY}"}}`})
 	// As the README's "Adding an API" says: the new API's secret goes in
 	// .env, then SIGHUP; no restart. main hands serve a Dotenv over the
 	// process environment; here the "process environment" is a map.
-	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret"}
+	env := map[string]string{"DENO_BIN": deno, "FIRST_KEY": "first-secret", "FIRST_KEY_ROTATED": "first-rotated-secret", "DEBUG_MODE": "true"}
 	dotenvPath := filepath.Join(dir, ".env")
 	writeFile(t, dotenvPath, "# secrets\n")
 	old := time.Now().Add(-time.Hour)
@@ -218,7 +228,7 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Serve(ctx, []string{"--addr", "127.0.0.1:0", "--apis-dir", apisDir, "--data-dir", filepath.Join(dir, "data"),
-			"--skills-dir", filepath.Join(dir, "skills")}, dotenv.Lookup, &stderr)
+			"--skills-dir", filepath.Join(dir, "skills"), "--allow-private-upstreams", "--upstream-ca", api.caFile}, dotenv.Lookup, &stderr)
 	}()
 	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/mcp)`)
 	var url string
@@ -263,12 +273,34 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 		waitFor(t, line, func() bool { return strings.Count(stderr.String(), line) >= count })
 	}
 
+	// callFirst sends FIRST_TOKEN to the first API from a run and checks
+	// the API got want while the run saw only the name.
+	callFirst := func(want string) {
+		t.Helper()
+		code := `const r = await fetch("https://localhost:` + api.port + `/v1", {method: "POST", headers: {Authorization: "Bearer FIRST_TOKEN"}, body: "hello"});
+console.log(r.status, await r.text());`
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": code, "apis": []string{"first"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := allText(res)
+		if res.IsError || !strings.Contains(text, "200 you sent Bearer FIRST_TOKEN") || strings.Contains(text, want) {
+			t.Fatalf("credentialed run: %s", text)
+		}
+		if got := api.last(); got != "Bearer "+want {
+			t.Fatalf("the API received %q, want %q", got, "Bearer "+want)
+		}
+	}
+
 	if text := listAPIs(); !strings.Contains(text, "first") || strings.Contains(text, "SECOND_TOKEN") {
 		t.Fatalf("list_apis before reload: %s", text)
 	}
+	callFirst("first-secret")
 	writeFile(t, filepath.Join(apisDir, "second", "config.json"), `{"domains": ["second.test"], "credentials": {"SECOND_TOKEN": "${SECOND_KEY}"}}`)
 	writeFile(t, dotenvPath, "# secrets\nSECOND_KEY=second-secret\n")
+	writeFile(t, filepath.Join(apisDir, "first", "config.json"), `{"domains": ["localhost"], "ports": [`+api.port+`], "credentials": {"FIRST_TOKEN": "${FIRST_KEY_ROTATED}"}}`)
 	hupAndWait("API configs reloaded", 1)
+	callFirst("first-rotated-secret")
 	if text := listAPIs(); !strings.Contains(text, "SECOND_TOKEN") {
 		t.Errorf("list_apis after reload lacks the new API: %s", text)
 	}
@@ -284,8 +316,23 @@ func TestCommandReloadsAPIsOnSIGHUP(t *testing.T) {
 	if res := runWith("second"); res.IsError {
 		t.Errorf("run after a bad reload: %s", allText(res))
 	}
-	if logs := stderr.String(); strings.Contains(logs, "first-secret") || strings.Contains(logs, "second-secret") {
-		t.Errorf("a secret reached the log:\n%s", logs)
+	callFirst("first-rotated-secret")
+	logs := stderr.String()
+	for _, secret := range []string{"first-secret", "first-rotated-secret", "second-secret"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("%s reached the log:\n%s", secret, logs)
+		}
+	}
+	// The log must hold the lines about the credentialed requests, or the
+	// check above proves nothing.
+	if n := strings.Count(logs, "msg=inject"); n < 3 {
+		t.Errorf("the log has %d injection lines, want one per credentialed request (3):\n%s", n, logs)
+	}
+	mustHave := []string{"msg=payload", "Bearer FIRST_TOKEN"}
+	for _, want := range mustHave {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -375,4 +422,43 @@ func TestUpstreamCAIsLoadedStrictly(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--upstream-ca (UPSTREAM_CA)") || !strings.Contains(err.Error(), "certificate 2") {
 		t.Errorf("serve with a broken second certificate: %v; want an error naming the flag and the block", err)
 	}
+}
+
+// echoAPI is a TLS API on loopback whose certificate comes from a test CA
+// (written to caFile); it answers "you sent <Authorization>" with the
+// Authorization, query and body it got echoed back, real values included.
+type echoAPI struct {
+	port   string
+	caFile string
+	mu     sync.Mutex
+	auths  []string
+}
+
+func newEchoAPI(t *testing.T, host string) *echoAPI {
+	t.Helper()
+	authority := testenv.NewCA(t)
+	cert, _, _ := authority.Leaf(t, host)
+	a := &echoAPI{caFile: authority.WritePEM(t, t.TempDir())}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		auth := r.Header.Get("Authorization")
+		a.mu.Lock()
+		a.auths = append(a.auths, auth)
+		a.mu.Unlock()
+		fmt.Fprintf(w, "you sent %s %s %s", auth, r.URL.RawQuery, body)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, a.port, _ = net.SplitHostPort(srv.Listener.Addr().String())
+	return a
+}
+
+func (a *echoAPI) last() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.auths) == 0 {
+		return ""
+	}
+	return a.auths[len(a.auths)-1]
 }

@@ -18,6 +18,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,9 +63,17 @@ func newHarness(tb testing.TB) *harness {
 	}
 	h := &harness{}
 	mux := http.NewServeMux()
+	// /small answers only a request that carries the real value (so the
+	// latency path proves the proxy substituted it) and echoes it, so the
+	// proxy has to substitute it back on the way out.
 	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		if auth != "Bearer "+secret {
+			http.Error(w, "Authorization must carry the credential value", http.StatusUnauthorized)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"ok":true,"auth_len":%d}`, len(r.Header.Get("Authorization")))
+		fmt.Fprintf(w, `{"ok":true,"authorization":%q}`, auth)
 	})
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		total, err := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64)
@@ -199,13 +208,25 @@ func countingReader(r io.Reader, s string) *rewrite.Reader {
 	return rp.Reader(r)
 }
 
-// small makes one small request with the credential's name in a header.
+// small makes one small request: through the proxy with the credential's
+// name in a header, direct with the value.
 func (h *harness) small(c *http.Client) error {
+	cred := token
+	if c == h.direct {
+		cred = secret
+	}
+	return h.smallAs(c, cred)
+}
+
+// smallAs makes one small request with cred in Authorization and checks
+// both substitutions: the API answers 200 only to the real value, and the
+// echo of it must come back as cred (the name, through the proxy).
+func (h *harness) smallAs(c *http.Client, cred string) error {
 	req, err := http.NewRequest("GET", h.apiURL+"/small", nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+cred)
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
@@ -216,7 +237,10 @@ func (h *harness) small(c *http.Client) error {
 		return err
 	}
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, body)
+		return fmt.Errorf("status %d (was the token name substituted?): %s", resp.StatusCode, body)
+	}
+	if want := `"authorization":"Bearer ` + cred + `"`; !bytes.Contains(body, []byte(want)) {
+		return fmt.Errorf("the answer lacks %s (was the value substituted back?): %s", want, body)
 	}
 	return nil
 }
@@ -274,6 +298,11 @@ func TestHarness(t *testing.T) {
 	}
 	if err := h.small(h.viaPrx); err != nil {
 		t.Fatalf("via proxy: %v", err)
+	}
+	// The check can fail: the token name sent straight to the API (no
+	// proxy to substitute it) is refused.
+	if err := h.smallAs(h.direct, token); err == nil || !strings.Contains(err.Error(), "status 401") {
+		t.Fatalf("direct with the token name: %v, want status 401", err)
 	}
 	const n = 64 * streamChunk
 	names, got, err := h.download(h.viaPrx, n)

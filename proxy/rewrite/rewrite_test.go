@@ -419,3 +419,95 @@ func TestReaderSourceErrorAfterExpansionKeepsDecidedOutput(t *testing.T) {
 		t.Errorf("got %d bytes; want %d (all decided output, no undecided tail)", len(got), len(want))
 	}
 }
+
+// TestReaderOutputStaysWithinOneChunk: one fill produces at most one chunk
+// of output plus the rest of one replacement, also when a replacement comes
+// first and a long run without patterns follows (which is copied in bulk).
+func TestReaderOutputStaysWithinOneChunk(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("V", 1000)
+	r := mustNew(t, map[string]string{"k": big})
+	in := "k" + strings.Repeat("x", 3*chunk) + "k" + strings.Repeat("y", chunk+7)
+	rd := r.Reader(strings.NewReader(in))
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		n, err := rd.Read(buf)
+		out.Write(buf[:n])
+		if len(rd.out) > chunk+len(big)-1 {
+			t.Fatalf("one fill produced %d bytes; the bound is a chunk plus one replacement (%d)", len(rd.out), chunk+len(big)-1)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := strings.ReplaceAll(in, "k", big); out.String() != want {
+		t.Fatalf("got %d bytes, want %d", out.Len(), len(want))
+	}
+}
+
+// TestReaderPatternLongerThanAChunk: a value longer than the Reader's read
+// chunk (a long key file pasted as a credential) is still found whole,
+// also across reads, and a long prefix of it that ends early is passed on.
+func TestReaderPatternLongerThanAChunk(t *testing.T) {
+	t.Parallel()
+	long := "L" + strings.Repeat("abcdefghijk", (chunk+5000)/11) + "Q"
+	r := mustNew(t, map[string]string{long: "LONG_TOKEN"})
+	in := "a" + long + "b" + long[:100] + "c" + long
+	want := "aLONG_TOKENb" + long[:100] + "cLONG_TOKEN"
+	for name, src := range map[string]func() io.Reader{
+		"whole":   func() io.Reader { return strings.NewReader(in) },
+		"chunked": func() io.Reader { return &chunkReader{data: []byte(in), sizes: []int{7000, 1, 30000}} },
+	} {
+		rd := r.Reader(src())
+		got, err := io.ReadAll(rd)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(got) != want || rd.Count() != 2 {
+			t.Errorf("%s: got %d bytes with %d replacements, want %d bytes with 2", name, len(got), rd.Count(), len(want))
+		}
+	}
+}
+
+// badCounts returns first, then claims to have read more than it was
+// given room for (or a negative count).
+type badCounts struct {
+	first string
+	n     func(room int) int
+	step  int
+}
+
+func (b *badCounts) Read(p []byte) (int, error) {
+	b.step++
+	if b.step == 1 {
+		return copy(p, b.first), nil
+	}
+	return b.n(len(p)), nil
+}
+
+// TestReaderRejectsInvalidCounts: a source that breaks io.Reader's
+// contract gets an error, never a panic or bytes from outside the buffer,
+// also while part of a pattern is held back.
+func TestReaderRejectsInvalidCounts(t *testing.T) {
+	t.Parallel()
+	r := mustNew(t, map[string]string{"sk_live_SECRET": "TOKEN"})
+	for name, n := range map[string]func(int) int{
+		"one more than room": func(room int) int { return room + 1 },
+		"negative":           func(int) int { return -1 },
+	} {
+		// The first read ends in a pattern prefix, so bytes are held back
+		// when the bad count arrives.
+		rd := r.Reader(&badCounts{first: "ok sk_live_SE", n: n})
+		got, err := io.ReadAll(rd)
+		if err == nil || !strings.Contains(err.Error(), "invalid count") {
+			t.Errorf("%s: err = %v, want an invalid count error", name, err)
+		}
+		if strings.Contains(string(got), "sk_live_SE") {
+			t.Errorf("%s: the held-back prefix was passed on: %q", name, got)
+		}
+	}
+}
