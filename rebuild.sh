@@ -3,8 +3,9 @@
 # Docker stack, wait until the server is ready, print the line that connects
 # Claude Code.
 #
-#   1. builds the codeforge binary on the host (CGO_ENABLED=0; the images copy
-#      it: see deploy/codeforge/Dockerfile for why);
+#   1. builds the codeforge and codeforge-run binaries on the host
+#      (CGO_ENABLED=0; the images copy them: see deploy/codeforge/Dockerfile
+#      for why);
 #   2. makes sure the base images exist: uses debian:bookworm-slim and
 #      denoland/deno:bin-2.9.6 when present or pullable, otherwise (or always
 #      with --offline) builds local stand-ins with deploy/build-base-images.sh
@@ -55,6 +56,8 @@ port=${port:-8080}
 
 # 1. the binary the images copy
 CGO_ENABLED=0 go build -trimpath -o bin/codeforge ./cmd/codeforge || die "go build ./cmd/codeforge failed"
+# the sandbox image's run wrapper (deploy/sandbox/Dockerfile copies it)
+CGO_ENABLED=0 GOOS=linux go build -trimpath -o bin/codeforge-run ./cmd/codeforge-run || die "go build ./cmd/codeforge-run failed"
 
 # 2. base images
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
@@ -74,9 +77,6 @@ fi
 export CODEFORGE_DEBIAN_BASE=$debian CODEFORGE_DENO_IMAGE=$deno
 
 # 3. images and containers
-if [ ! -f deploy/sandbox/codeforge-run ]; then
-	die "deploy/sandbox/codeforge-run is missing (the sandbox's run wrapper)"
-fi
 docker compose build "${no_cache[@]}" || die "docker compose build failed"
 docker compose up -d --remove-orphans || die "docker compose up failed"
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // envWithTimeout is validEnv with CODEFORGE_TIMEOUT set to v.
@@ -22,17 +24,17 @@ func envWithTimeout(v string) []string {
 }
 
 // TestRunTimeoutBounds pins both ends of CODEFORGE_TIMEOUT: above 0 and at
-// most maxTimeoutSeconds (a day), also where the pattern alone would let a
+// most runpolicy.MaxTimeout (a day), also where the pattern alone would let a
 // larger number through (5 digits allow 99999).
 func TestRunTimeoutBounds(t *testing.T) {
 	t.Parallel()
 	for _, v := range []string{"0.001", "1", "5", "86399.999", "86400", "86400.0", "86400.000"} {
-		if err := CheckRunEnv(envWithTimeout(v)); err != nil {
+		if _, err := runpolicy.ParseEnv(envWithTimeout(v)); err != nil {
 			t.Errorf("CODEFORGE_TIMEOUT=%s refused: %v", v, err)
 		}
 	}
 	for _, v := range []string{"0", "0.0", "0.000", "86400.001", "86401", "90000", "99999", "99999.999", "-1", "1e3", "", " 5"} {
-		err := CheckRunEnv(envWithTimeout(v))
+		_, err := runpolicy.ParseEnv(envWithTimeout(v))
 		if err == nil {
 			t.Errorf("CODEFORGE_TIMEOUT=%q accepted", v)
 			continue

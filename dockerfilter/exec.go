@@ -8,17 +8,16 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/codeforge/codeforge/internal/strictjson"
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // WrapperName is the one command an exec may ask for; the filter replaces
 // it by the wrapper's absolute path.
-const WrapperName = "codeforge-run"
+const WrapperName = runpolicy.WrapperName
 
 // Exec create body keys: exactly what github.com/moby/moby/client's
 // ExecCreate sends (container.ExecCreateRequest). Any other key, a key in
@@ -30,34 +29,6 @@ var execCreateKeys = []string{
 
 // Exec start body keys (container.ExecStartRequest).
 var execStartKeys = []string{"Detach", "Tty", "ConsoleSize"}
-
-// Patterns the values of the run's environment must match; each keeps out
-// the characters that could smuggle a second value, a flag or a path
-// component into the wrapper's deno command line. codeforge-run checks
-// the same again.
-var (
-	hostItem   = `(?:[A-Za-z0-9][A-Za-z0-9._-]*(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?)`
-	pathItem   = `/[A-Za-z0-9._@+/-]*`
-	envPattern = map[string]*regexp.Regexp{
-		"CODEFORGE_RUN_ID":    regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`),
-		"CODEFORGE_TIMEOUT":   regexp.MustCompile(`^[0-9]{1,5}(\.[0-9]{1,3})?$`),
-		"CODEFORGE_ALLOW_NET": regexp.MustCompile(`^(\*|` + hostItem + `(,` + hostItem + `)*)?$`),
-		"CODEFORGE_MEMORY_MB": regexp.MustCompile(`^[1-9][0-9]{0,5}$`),
-		"CODEFORGE_READ":      regexp.MustCompile(`^(` + pathItem + `(,` + pathItem + `)*)?$`),
-		"CODEFORGE_KEEP_OUT":  regexp.MustCompile(`^1?$`),
-		"HTTPS_PROXY":         regexp.MustCompile(`^https?://([A-Za-z0-9._~-]{1,128}(:[A-Za-z0-9._~-]{0,256})?@)?[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?/?$`),
-		"HTTP_PROXY":          regexp.MustCompile(`^https?://([A-Za-z0-9._~-]{1,128}(:[A-Za-z0-9._~-]{0,256})?@)?[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?/?$`),
-	}
-	// envOrder is the order the rebuilt body lists the variables in.
-	envOrder = []string{
-		"CODEFORGE_RUN_ID", "CODEFORGE_TIMEOUT", "CODEFORGE_ALLOW_NET",
-		"CODEFORGE_MEMORY_MB", "CODEFORGE_READ", "CODEFORGE_KEEP_OUT", "HTTPS_PROXY", "HTTP_PROXY",
-	}
-	runIDPattern = envPattern["CODEFORGE_RUN_ID"]
-)
-
-// maxTimeoutSeconds bounds CODEFORGE_TIMEOUT (one day).
-const maxTimeoutSeconds = 86400
 
 // execCreateRequest is the body the filter sends to the engine: always
 // every field, so no default of the engine's decides anything.
@@ -270,6 +241,17 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, d
 		}
 		out.Cmd = []string{f.opts.Wrapper}
+	case slices.Equal(cmd, []string{WrapperName, "--warm"}):
+		// A warm exec: deno started for these settings, waiting for its
+		// run on stdin. The run can only narrow what is checked here.
+		run, err := runpolicy.ParseWarmEnv(env)
+		if err != nil {
+			return nil, deny("exec create refused: %v", err)
+		}
+		if out.Env, err = run.WarmEnv(); err != nil {
+			return nil, deny("exec create refused: %v", err)
+		}
+		out.Cmd = []string{f.opts.Wrapper, "--warm"}
 	case slices.Equal(cmd, []string{WrapperName, "--check"}):
 		if len(env) > 0 {
 			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
@@ -280,76 +262,36 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, deny("exec create refused: %s --check takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--check", cmd[2]}
-	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--kill" && runIDPattern.MatchString(cmd[2]):
+	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--kill" && runpolicy.CheckRunID(cmd[2]) == nil:
 		if len(env) > 0 {
 			return nil, deny("exec create refused: %s --kill takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--kill", cmd[2]}
-	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--collect" && runIDPattern.MatchString(cmd[2]):
+	case len(cmd) == 3 && cmd[0] == WrapperName && cmd[1] == "--collect" && runpolicy.CheckRunID(cmd[2]) == nil:
 		if len(env) > 0 {
 			return nil, deny("exec create refused: %s --collect takes no Env", WrapperName)
 		}
 		out.Cmd = []string{f.opts.Wrapper, "--collect", cmd[2]}
 	default:
-		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--check\"], [%q, \"--check\", IPV4:PORT], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
-			WrapperName, WrapperName, WrapperName, WrapperName, WrapperName)
+		return nil, deny("exec create refused: Cmd must be [%q], [%q, \"--warm\"], [%q, \"--check\"], [%q, \"--check\", IPV4:PORT], [%q, \"--kill\", RUN_ID] or [%q, \"--collect\", RUN_ID]",
+			WrapperName, WrapperName, WrapperName, WrapperName, WrapperName, WrapperName)
 	}
 	return out, nil
 }
 
-// CheckRunEnv reports why the filter would refuse env as a run's exec
-// environment (the same words it answers 403 with), or nil when it would
-// accept it. The runner calls it to fail early with a clear error.
-func CheckRunEnv(env []string) error {
-	if _, d := checkRunEnv(env); d != nil {
-		return errors.New(strings.TrimPrefix(d.msg, "exec create refused: "))
-	}
-	return nil
-}
-
-// checkRunEnv checks a run's environment: each entry KEY=VALUE, each key
-// known and at most once, each value matching its pattern; the run ID and
-// timeout are required. Values are never echoed: the proxy URLs hold the
-// run's proxy credential.
+// checkRunEnv checks a run's environment against the wrapper's contract
+// (runpolicy.ParseEnv: each key known and at most once, each value of
+// its exact form, run ID and timeout required) and returns it rebuilt in
+// canonical form. Values are never echoed: the proxy URLs hold the run's
+// proxy credential.
 func checkRunEnv(env []string) ([]string, *denial) {
-	vals := map[string]string{}
-	for i, e := range env {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok {
-			return nil, deny("exec create refused: Env entry %d is not KEY=VALUE", i)
-		}
-		pat, known := envPattern[k]
-		if !known {
-			return nil, deny("exec create refused: Env key %q is not allowed (allowed: %s)", trimForMessage(k), strings.Join(envOrder, ", "))
-		}
-		if _, dup := vals[k]; dup {
-			return nil, deny("exec create refused: Env key %s is given twice", k)
-		}
-		if !pat.MatchString(v) {
-			return nil, deny("exec create refused: the value of Env key %s has characters or a form that is not allowed", k)
-		}
-		vals[k] = v
+	run, err := runpolicy.ParseEnv(env)
+	if err != nil {
+		return nil, deny("exec create refused: %v", err)
 	}
-	for _, k := range []string{"CODEFORGE_RUN_ID", "CODEFORGE_TIMEOUT"} {
-		if _, ok := vals[k]; !ok {
-			return nil, deny("exec create refused: Env must set %s", k)
-		}
-	}
-	if t, err := strconv.ParseFloat(vals["CODEFORGE_TIMEOUT"], 64); err != nil || t <= 0 || t > maxTimeoutSeconds {
-		return nil, deny("exec create refused: CODEFORGE_TIMEOUT must be a number of seconds above 0 and at most %d", maxTimeoutSeconds)
-	}
-	if r, ok := vals["CODEFORGE_READ"]; ok {
-		for _, p := range strings.Split(r, ",") {
-			if p != "" && slices.Contains(strings.Split(p, "/"), "..") {
-				return nil, deny("exec create refused: CODEFORGE_READ paths must not contain '..'")
-			}
-		}
-	}
-	var out []string
-	for _, k := range envOrder {
-		if v, ok := vals[k]; ok {
-			out = append(out, k+"="+v)
-		}
+	out, err := run.Env()
+	if err != nil {
+		return nil, deny("exec create refused: %v", err)
 	}
 	return out, nil
 }

@@ -9,7 +9,9 @@
 //     container, with a body it decodes strictly, validates, and then
 //     replaces by one it builds itself (fixed wrapper command, fixed
 //     non-root user, not privileged, no TTY, no working directory, only
-//     the run's own CODEFORGE_* and proxy variables);
+//     the run's own CODEFORGE_* and proxy variables; or codeforge-run
+//     --warm with the same checks and no timeout or proxy, which come
+//     with the run on stdin and can only narrow what was checked here);
 //   - POST /exec/{id}/start (attached, no TTY, upgraded to a raw stream)
 //     and GET /exec/{id}/json, only for exec IDs this filter created.
 //
@@ -43,6 +45,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // Defaults for Options fields left zero.
@@ -50,7 +54,7 @@ const (
 	DefaultDockerHost     = "unix:///var/run/docker.sock"
 	DefaultSandboxService = "sandbox"
 	DefaultRunUser        = "10001:10001"
-	DefaultWrapper        = "/usr/local/bin/codeforge-run"
+	DefaultWrapper        = runpolicy.WrapperPath
 	DefaultMaxExecs       = 10000
 	DefaultExecTTL        = time.Hour
 )

@@ -330,7 +330,9 @@ func testTimeoutLeavesNoProcess(t *testing.T, st *stack, cs *mcp.ClientSession) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := callErr(cs, "execute_code", map[string]any{"code": "while (true) {}", "timeout": 2})
+		// The code names its own run directory first (kept as partial
+		// output): idle warm processes of the pool are not the run's.
+		res, err := callErr(cs, "execute_code", map[string]any{"code": "console.log(Deno.cwd()); while (true) {}", "timeout": 2})
 		done <- result{res, err}
 	}()
 	// While it spins: deno runs as the sandbox user.
@@ -351,19 +353,62 @@ func testTimeoutLeavesNoProcess(t *testing.T, st *stack, cs *mcp.ClientSession) 
 	if out := structured(t, r.res); !r.res.IsError || !out.TimedOut {
 		t.Fatalf("an infinite loop with timeout 2: isError=%v %+v %s", r.res.IsError, out, text(r.res))
 	}
+	runDir := strings.TrimSpace(stdout(r.res))
+	if !strings.HasPrefix(runDir, "/tmp/runs/") {
+		t.Fatalf("the run printed %q, want its directory /tmp/runs/<id>", runDir)
+	}
 	// The kill is asynchronous to the result; allow it a moment, not more.
+	// What may remain: the pool's idle warm execs, each a wrapper and its
+	// deno waiting in the bootstrap, with their own directories.
 	var left []string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if left = denoProcesses(st.sandboxProcesses(t)); len(left) == 0 || time.Now().After(deadline) {
+		left = leftBehind(denoProcesses(st.sandboxProcesses(t)), runDir)
+		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
 	if len(left) > 0 {
 		t.Errorf("processes left behind 10 s after the timeout:\n%s", strings.Join(left, "\n"))
 	}
-	if entries, err := os.ReadDir(filepath.Join(st.sandboxRoot(t), "tmp", "runs")); err != nil && !errors.Is(err, fs.ErrNotExist) || len(entries) > 0 {
-		t.Errorf("scratch directories left behind in /tmp/runs: %v (err %v)", entries, err)
+	entries, err := os.ReadDir(filepath.Join(st.sandboxRoot(t), "tmp", "runs"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
 	}
+	warm := strings.Join(denoProcesses(st.sandboxProcesses(t)), "\n")
+	for _, e := range entries {
+		name := e.Name()
+		id := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, ".deno"), ".pid"), "/")
+		switch {
+		case strings.HasPrefix(name, ".check-"):
+			// a readiness check in progress
+		case "/tmp/runs/"+id == runDir || !strings.Contains(warm, "/tmp/runs/"+id+".deno/bootstrap.js"):
+			t.Errorf("left behind in /tmp/runs: %s (not an idle warm exec's)", name)
+		}
+	}
+}
+
+// leftBehind is what remains of the run in runDir among the sandbox's
+// processes: anything naming runDir, and any wrapper or deno beyond the
+// idle warm pairs (a wrapper --warm and its deno in the bootstrap).
+func leftBehind(procs []string, runDir string) []string {
+	var left, warmWrappers, warmDenos []string
+	for _, p := range procs {
+		switch {
+		case strings.Contains(p, runDir+" ") || strings.Contains(p, runDir+","):
+			left = append(left, p)
+		case strings.HasSuffix(p, "codeforge-run --warm"):
+			warmWrappers = append(warmWrappers, p)
+		case strings.Contains(p, ".deno/bootstrap.js"):
+			warmDenos = append(warmDenos, p)
+		default:
+			left = append(left, p)
+		}
+	}
+	if len(warmWrappers) != len(warmDenos) {
+		left = append(left, warmWrappers...)
+		left = append(left, warmDenos...)
+	}
+	return left
 }
 
 // denoProcesses keeps the process lines that are not the container's own

@@ -120,7 +120,7 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 
 	// Binaries on the host (the images copy them; see deploy/codeforge/Dockerfile),
 	// base images without a registry.
-	for _, b := range []struct{ out, pkg string }{{"bin/codeforge", "./cmd/codeforge"}, {"bin/testapi", "./e2e/testapi"}} {
+	for _, b := range []struct{ out, pkg string }{{"bin/codeforge", "./cmd/codeforge"}, {"bin/codeforge-run", "./cmd/codeforge-run"}, {"bin/testapi", "./e2e/testapi"}} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", b.out, b.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -131,9 +131,6 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "deploy", "build-base-images.sh"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("deploy/build-base-images.sh: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(root, "deploy", "sandbox", "codeforge-run")); err != nil {
-		tb.Fatalf("the sandbox image needs deploy/sandbox/codeforge-run: %v", err)
 	}
 
 	// The test's own files: a CA and a certificate for the api container,

@@ -25,6 +25,10 @@ type Runner interface {
 	Close() error
 }
 
+// DefaultPoolSize is how many warm Deno processes a backend keeps started
+// for the next runs unless told otherwise (serve's --pool-size).
+const DefaultPoolSize = 2
+
 // Environment describes what a run sees, in the paths the code must use.
 type Environment struct {
 	Backend string // "local" or "docker"

@@ -151,6 +151,8 @@ type harnessConfig struct {
 	// denoPath replaces testenv.Deno (benchmarks use the bare binary: the
 	// test wrapper's mount namespace costs a few ms per run).
 	denoPath string
+	// poolSize is the local runner's warm pool (default 0: every run cold).
+	poolSize int
 	// fake runs the server on a fakerunner.Runner that reports the local
 	// backend's environment but runs nothing: for contract tests (tool
 	// schemas, instructions, argument checks) that need neither Deno nor
@@ -188,6 +190,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 			ScratchRoot: t.TempDir(),
 			MemoryMB:    memoryMB,
 			CACertFile:  cfg.caCert,
+			PoolSize:    cfg.poolSize,
 		})
 		if err != nil {
 			t.Fatalf("local runner: %v", err)

@@ -12,11 +12,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codeforge/codeforge/apis"
 	"github.com/codeforge/codeforge/internal/testenv"
 	"github.com/codeforge/codeforge/proxy"
 	"github.com/codeforge/codeforge/proxy/ca"
+	"github.com/codeforge/codeforge/sandbox/local"
 	"github.com/codeforge/codeforge/settings"
 )
 
@@ -76,6 +78,18 @@ func newGatedHarnessWith(t testing.TB, cfg harnessConfig, gc gateConfig) *harnes
 // sees the name; the network log records the injection.
 func TestCredentialThroughExecuteCode(t *testing.T) {
 	t.Parallel()
+	for _, pool := range []int{0, 2} {
+		t.Run(fmt.Sprintf("pool %d", pool), func(t *testing.T) {
+			t.Parallel()
+			testCredentialThroughExecuteCode(t, pool)
+		})
+	}
+}
+
+// testCredentialThroughExecuteCode runs the same call three times: with
+// a warm pool the first starts cold and the others are served warm, each
+// with its own proxy identity and network log.
+func testCredentialThroughExecuteCode(t *testing.T, pool int) {
 	const secret = "s3cr3t-value-9f8e7d"
 	var (
 		mu       sync.Mutex
@@ -103,7 +117,8 @@ func TestCredentialThroughExecuteCode(t *testing.T) {
 		"echo": `{"description": "Echo API", "domains": ["` + host + `"], "credentials": {"ECHO_TOKEN": "${ECHO_SECRET}"}, "ports": [` + port + `]}`,
 	})
 	h := newGatedHarnessWith(t, harnessConfig{
-		apisDir: dir,
+		apisDir:  dir,
+		poolSize: pool,
 		getenv: func(k string) (string, bool) {
 			if k == "ECHO_SECRET" {
 				return secret, true
@@ -122,6 +137,47 @@ func TestCredentialThroughExecuteCode(t *testing.T) {
 
 	code := fmt.Sprintf(`const r = await fetch("https://%s:%s/v1/whoami", { headers: { Authorization: "Bearer ECHO_TOKEN" } });
 console.log(r.status, await r.text());`, host, port)
+	for i := range 3 {
+		if i > 0 && pool > 0 {
+			waitWarm(t, h.local)
+		}
+		mu.Lock()
+		received = nil
+		mu.Unlock()
+		checkCredentialRun(t, h, code, secret, host, func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]string(nil), received...)
+		})
+	}
+	if pool > 0 {
+		if cold := strings.Count(h.logText(), "msg=start ") - strings.Count(h.logText(), "warm=true"); cold > 1 {
+			t.Errorf("%d of 3 runs started cold, want 1", cold)
+		}
+	}
+
+	// Without YOLO, a host outside the run's APIs is refused (by Deno's
+	// permissions, before the proxy is even asked).
+	res := h.run(`try { await fetch("https://other.test/"); console.log("reached") } catch (e) { console.log("refused", e.name) }`, "apis", []string{"echo"})
+	if text := allText(res); !strings.Contains(text, "refused") {
+		t.Fatalf("fetch to a host outside the allowlist: %q", text)
+	}
+}
+
+// waitWarm waits until the local runner has a warm process idle.
+func waitWarm(t *testing.T, r *local.Runner) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for r.WarmIdle() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no warm process after a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func checkCredentialRun(t *testing.T, h *harness, code, secret, host string, received func() []string) {
+	t.Helper()
 	res := h.run(code, "apis", []string{"echo"})
 	text := allText(res)
 	if res.IsError {
@@ -133,9 +189,7 @@ console.log(r.status, await r.text());`, host, port)
 	if !strings.Contains(text, `"you_sent": "Bearer ECHO_TOKEN"`) || !strings.HasPrefix(text, "200 ") {
 		t.Fatalf("output %q: want the API's echo with the token name", text)
 	}
-	mu.Lock()
-	got := append([]string(nil), received...)
-	mu.Unlock()
+	got := received()
 	if len(got) != 1 || got[0] != "Bearer "+secret {
 		t.Fatalf("the API received %q, want the real credential", got)
 	}
@@ -146,13 +200,6 @@ console.log(r.status, await r.text());`, host, port)
 	e := out.Network[0]
 	if e.Method != "GET" || (e.Host != host && !strings.HasPrefix(e.Host, host+":")) || e.Path != "/v1/whoami" || e.Status != 200 || !e.Injected || e.Blocked != "" {
 		t.Fatalf("network entry = %+v", e)
-	}
-
-	// Without YOLO, a host outside the run's APIs is refused (by Deno's
-	// permissions, before the proxy is even asked).
-	res = h.run(`try { await fetch("https://other.test/"); console.log("reached") } catch (e) { console.log("refused", e.name) }`, "apis", []string{"echo"})
-	if text := allText(res); !strings.Contains(text, "refused") {
-		t.Fatalf("fetch to a host outside the allowlist: %q", text)
 	}
 }
 

@@ -86,6 +86,7 @@ func buildDockerBackend(cfg *config) (sandbox.Runner, gate.Gate, error) {
 		DockerHost: host,
 		Container:  get(envSandboxContainer),
 		MemoryMB:   cfg.MemoryMB,
+		PoolSize:   cfg.PoolSize,
 		ProbeAddr:  probeAddr(sandboxProxyURL, transparent),
 		Logger:     cfg.Logger,
 	})

@@ -60,6 +60,7 @@ type config struct {
 	DefaultTimeout     time.Duration
 	SessionIdleTimeout time.Duration
 	MemoryMB           int
+	PoolSize           int
 
 	// Runs: where run records live and what is kept.
 	RunRetention     time.Duration
@@ -80,6 +81,9 @@ type config struct {
 	Getenv   settings.Getenv
 	Logger   *slog.Logger
 }
+
+// DefaultPoolSize is how many warm Deno processes a backend keeps.
+const DefaultPoolSize = sandbox.DefaultPoolSize
 
 // shutdownGrace bounds how long serve waits for requests in flight when
 // its context is cancelled.
@@ -269,6 +273,7 @@ func buildLocalBackend(cfg *config) (sandbox.Runner, *proxy.Proxy, error) {
 		ScratchRoot: filepath.Join(cfg.DataDir, "scratch"),
 		CACertFile:  px.CACertFile(),
 		MemoryMB:    cfg.MemoryMB,
+		PoolSize:    cfg.PoolSize,
 		Logger:      cfg.Logger,
 	})
 	if err != nil {
@@ -298,7 +303,7 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	var (
 		addr, backend, apisDir, skillsDir, dataDir, allowedHosts, allowedOrigins, tokenFile string
 		maxConcurrent, queueLimit, maxOutput, maxCode, maxTimeout, defTimeout, idleTimeout  string
-		memoryMB, upstreamCA                                                                string
+		memoryMB, poolSize, upstreamCA                                                      string
 		runRetention, runsMaxBytes, runFileMax, runFilesMax, inlineImageMax, maxWait        string
 		allowPrivate                                                                        bool
 	)
@@ -318,6 +323,7 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 	fl.String(&defTimeout, "default-timeout", "DEFAULT_TIMEOUT", "30s", "timeout of a call that gives none")
 	fl.String(&idleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "30m", "close MCP sessions idle this long")
 	fl.String(&memoryMB, "memory-mb", "SANDBOX_MEMORY_MB", "512", "memory limit of each run in MB")
+	fl.String(&poolSize, "pool-size", "SANDBOX_POOL_SIZE", strconv.Itoa(DefaultPoolSize), "warm Deno processes kept started for the next runs; 0 turns warming off")
 	fl.Bool(&allowPrivate, "allow-private-upstreams", "ALLOW_PRIVATE_UPSTREAMS", false, "let the proxy reach loopback and private addresses")
 	fl.String(&runRetention, "run-retention", "RUN_RETENTION", "24h", "how long ended runs are kept")
 	fl.String(&runsMaxBytes, "runs-max-bytes", "RUNS_MAX_BYTES", strconv.Itoa(runs.DefaultMaxTotalBytes), "output and files of all kept runs together, in bytes; the oldest go first")
@@ -365,6 +371,7 @@ func parseConfig(args []string, getenv settings.Getenv, stderr io.Writer) (*conf
 		{&cfg.MaxOutput, maxOutput, "--max-output (MAX_OUTPUT_BYTES)", 1024},
 		{&cfg.MaxCodeBytes, maxCode, "--max-code-bytes (MAX_CODE_BYTES)", 1024},
 		{&cfg.MemoryMB, memoryMB, "--memory-mb (SANDBOX_MEMORY_MB)", 16},
+		{&cfg.PoolSize, poolSize, "--pool-size (SANDBOX_POOL_SIZE)", 0},
 	}
 	for _, f := range ints {
 		n, err := strconv.Atoi(strings.TrimSpace(f.val))

@@ -150,6 +150,7 @@ func TestCommandRefusesBadConfig(t *testing.T) {
 		{"zero concurrency", []string{"--max-concurrent", "0"}, nil, []string{"--max-concurrent", "at least 1"}},
 		{"bad output cap", []string{"--max-output", "-1"}, nil, []string{"MAX_OUTPUT_BYTES"}},
 		{"bad memory", nil, map[string]string{"SANDBOX_MEMORY_MB": "1GB"}, []string{"SANDBOX_MEMORY_MB"}},
+		{"bad pool size", nil, map[string]string{"SANDBOX_POOL_SIZE": "-1"}, []string{"SANDBOX_POOL_SIZE"}},
 		{"bad timeout", []string{"--max-timeout", "soon"}, nil, []string{"--max-timeout (MAX_TIMEOUT)", "soon"}},
 		{"default over max", []string{"--default-timeout", "600", "--max-timeout", "60"}, nil, []string{"DEFAULT_TIMEOUT", "over"}},
 		{"bad addr", []string{"--addr", "8080"}, nil, []string{"--addr (CODEFORGE_ADDR)", "host:port"}},

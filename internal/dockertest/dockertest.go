@@ -1,7 +1,7 @@
 // Package dockertest starts real sandboxes for tests of the Docker
 // backend: a sandbox image assembled without any registry from this
 // machine's own deno, dash and coreutils plus the repository's
-// deploy/sandbox/codeforge-run, a container of it hardened like the
+// codeforge-run (./cmd/codeforge-run, built static), a container of it hardened like the
 // compose service, and a socket filter (package dockerfilter) in-process
 // in front of the real engine. Everything it starts is removed by
 // t.Cleanup. A missing engine or deno stops the test (testenv.Missing).
@@ -30,9 +30,10 @@ import (
 	"github.com/codeforge/codeforge/internal/testenv"
 )
 
-// tools are the host programs the wrapper needs besides deno (the shell's
-// builtins cover echo, printf, read, kill, wait, test).
-var tools = []string{"dash", "bash", "timeout", "setsid", "env", "rm", "mkdir", "chmod", "sleep", "cat", "find", "tar"}
+// tools are the host programs the tests use in the sandbox besides deno
+// and the wrapper (the shell's builtins cover echo, printf, read, kill,
+// wait, test).
+var tools = []string{"dash", "timeout", "setsid", "env", "rm", "mkdir", "chmod", "sleep", "cat", "du", "find", "wc", "cut", "tar"}
 
 var images sync.Map // wrapper-hash -> *imageOnce
 
@@ -51,11 +52,7 @@ func Image(t testing.TB) string {
 	t.Helper()
 	testenv.Docker(t)
 	deno := testenv.DenoBinary(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrapper, err := os.ReadFile(filepath.Join(root, "deploy", "sandbox", "codeforge-run"))
+	wrapper, err := os.ReadFile(testenv.WrapperBinary(t))
 	if err != nil {
 		t.Fatalf("read wrapper: %v", err)
 	}

@@ -21,7 +21,8 @@ import (
 // BenchmarkDockerRunner measures, in one run and interleaved, the time to
 // get console.log(1)'s output three ways on the same sandbox container:
 //
-//   - runner: Runner.Run through the socket filter and codeforge-run;
+//   - runner: Runner.Run through the socket filter and codeforge-run,
+//     with a warm pool of 2 (the default);
 //   - bare-cli: `docker exec -i <sandbox> deno run -` with the code on
 //     stdin (the issue's baseline; includes the docker CLI's own start);
 //   - bare-api: the same exec made with the Go client straight on the
@@ -31,7 +32,7 @@ import (
 // baselines. Run with: go test ./sandbox/docker -run '^$' -bench DockerRunner -benchtime 30x
 func BenchmarkDockerRunner(b *testing.B) {
 	sb := dockertest.Start(b, dockertest.Options{})
-	r, err := New(Options{DockerHost: sb.FilterHost, Logger: slog.New(slog.DiscardHandler)})
+	r, err := New(Options{DockerHost: sb.FilterHost, PoolSize: 2, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,14 +1,14 @@
 // Package docker is the sandbox backend that runs code in the sandbox
 // container: each run is one `docker exec` of codeforge-run (the wrapper
-// in the sandbox image, deploy/sandbox/codeforge-run), made through the
+// in the sandbox image, package sandbox/wrapper), made through the
 // Docker socket filter (package dockerfilter) with
 // github.com/moby/moby/client. The code goes in on the exec's stdin,
 // stdout and stderr come back demultiplexed into capped collectors, and
 // the exit code comes from exec inspect.
 //
 // The Docker API cannot kill an exec, so time limits are enforced inside
-// the sandbox: the wrapper runs deno under `timeout -s KILL` in a process
-// group of its own, and when a run outlives its timeout by a grace period
+// the sandbox: the wrapper runs deno in a process group of its own and
+// kills the group when the run's time is up, and when a run outlives its timeout by a grace period
 // or its context ends, the runner execs `codeforge-run --kill <run id>`,
 // which kills that group and removes the run's scratch directory.
 package docker
@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -33,9 +32,9 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
-	"github.com/codeforge/codeforge/dockerfilter"
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // Defaults for Options and Request fields left zero.
@@ -47,7 +46,7 @@ const (
 	// DefaultMemoryMB caps each run's V8 heap. It is half of the sandbox
 	// container's 512 MB, so V8's own limit (a clean out-of-memory report)
 	// is reached before the container's (a SIGKILL from the kernel).
-	DefaultMemoryMB  = 256
+	DefaultMemoryMB  = runpolicy.SandboxMemoryMB
 	DefaultMaxOutput = 1 << 20
 	// DefaultGrace is how long past a run's timeout the runner waits for
 	// the wrapper's own timeout before killing the run from outside.
@@ -58,22 +57,22 @@ const (
 const ScratchNote = "the current working directory (Deno.cwd(), /tmp/runs/<run id>), a fresh directory per run, removed afterwards"
 
 const (
-	wrapper = dockerfilter.WrapperName
+	wrapper = runpolicy.WrapperName
 	// wrapperPrefix starts every message codeforge-run itself writes.
-	wrapperPrefix = "codeforge-run: "
+	wrapperPrefix = runpolicy.MessagePrefix
 	// signalTrailer is the last stderr line codeforge-run writes when a
 	// signal ended deno (it is alive to write it, so the sandbox is too).
-	signalTrailer = "codeforge-run: deno ended by signal "
+	signalTrailer = runpolicy.SignalTrailer
 	// wrapperRefused is codeforge-run's exit status when it refuses a run.
-	wrapperRefused = 125
+	wrapperRefused = runpolicy.ExitRefused
 	// checkNetworkDown is codeforge-run --check ADDR's exit status when
 	// the sandbox cannot connect to the proxy.
-	checkNetworkDown = 4
+	checkNetworkDown = runpolicy.ExitNetworkDown
 	// stderrTail is how much of the end of stderr is kept to find V8's
 	// out-of-memory report and the wrapper's trailer after a flood.
 	stderrTail = 8 << 10
 	// maxTimeout is the longest run the filter accepts (one day).
-	maxTimeout = 24 * time.Hour
+	maxTimeout = runpolicy.MaxTimeout
 	// controlTimeout bounds the small execs (--kill, --check) and the
 	// inspect after a run.
 	controlTimeout = 15 * time.Second
@@ -98,6 +97,10 @@ type Options struct {
 	// Grace is how long past its timeout a run may go before the runner
 	// kills it from outside. Default DefaultGrace.
 	Grace time.Duration
+	// PoolSize is how many warm execs the runner keeps created and
+	// attached, each holding a deno started and waiting for one run. 0
+	// turns warming off. A run no warm exec can serve starts cold.
+	PoolSize int
 	// ProbeAddr is the proxy as a run reaches it, IPv4:port (e.g.
 	// 192.0.2.1:3128). When set, Ready also has the sandbox open a TCP
 	// connection to it, as a run would (codeforge-run --check ADDR), and
@@ -124,6 +127,8 @@ type Runner struct {
 
 	readyMu sync.Mutex
 	readyAt time.Time
+
+	pool *pool
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -164,11 +169,14 @@ func New(opts Options) (*Runner, error) {
 	if opts.Grace < 0 {
 		return nil, fmt.Errorf("docker sandbox: Grace is %v: want a positive duration, or 0 for the default %v", opts.Grace, DefaultGrace)
 	}
-	if opts.ProbeAddr != "" && !dockerfilter.ValidProbeTarget(opts.ProbeAddr) {
+	if opts.ProbeAddr != "" && runpolicy.CheckProbeAddr(opts.ProbeAddr) != nil {
 		return nil, fmt.Errorf("docker sandbox: ProbeAddr %q: want the proxy's address as runs reach it, IPv4:port (e.g. 192.0.2.1:3128)", opts.ProbeAddr)
 	}
 	if !path.IsAbs(opts.SkillsDir) {
 		return nil, fmt.Errorf("docker sandbox: SkillsDir %q: want an absolute path as the sandbox sees it", opts.SkillsDir)
+	}
+	if opts.PoolSize < 0 || opts.PoolSize > MaxPoolSize {
+		return nil, fmt.Errorf("docker sandbox: PoolSize is %d: want 0 (no warm execs) to %d", opts.PoolSize, MaxPoolSize)
 	}
 	cli, err := client.New(client.WithHost(opts.DockerHost))
 	if err != nil {
@@ -178,7 +186,7 @@ func New(opts Options) (*Runner, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{
+	r := &Runner{
 		cli:       cli,
 		host:      opts.DockerHost,
 		container: opts.Container,
@@ -188,8 +196,16 @@ func New(opts Options) (*Runner, error) {
 		grace:     opts.Grace,
 		probe:     opts.ProbeAddr,
 		log:       log.With("component", "sandbox", "backend", "docker"),
-	}, nil
+	}
+	r.pool = &pool{r: r, size: opts.PoolSize}
+	return r, nil
 }
+
+// MaxPoolSize bounds Options.PoolSize.
+const MaxPoolSize = 32
+
+// WarmIdle reports how many warm execs wait for a run.
+func (r *Runner) WarmIdle() int { return r.pool.idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
@@ -200,6 +216,7 @@ func (r *Runner) Env() sandbox.Environment {
 // Runs in progress finish normally.
 func (r *Runner) Close() error {
 	r.closed.Store(true)
+	r.pool.close()
 	return r.cli.Close()
 }
 
@@ -234,7 +251,7 @@ func (r *Runner) Ready(ctx context.Context) error {
 			msg = fmt.Sprintf("codeforge-run --check exited with %d", res.exitCode)
 		}
 		if res.exitCode == checkNetworkDown {
-			return fmt.Errorf("%w: %s", sandbox.ErrNetworkDown, strings.TrimPrefix(msg, "network: "))
+			return fmt.Errorf("%w: %s", sandbox.ErrNetworkDown, strings.TrimPrefix(msg, runpolicy.NetworkPrefix))
 		}
 		return fmt.Errorf("starting: sandbox not ready: %s", msg)
 	}
@@ -258,10 +275,15 @@ const (
 // ctx.Err()).
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	res, err := r.run(ctx, req)
+	if err == nil {
+		r.pool.coldOK()
+	}
 	if err != nil && ctx.Err() == nil {
 		// The sandbox or the filter may be gone: /health and the next
-		// call must check again rather than trust an earlier success.
+		// call must check again rather than trust an earlier success,
+		// and warm execs may belong to a sandbox that is gone.
 		r.forgetReady()
+		r.pool.flush()
 	}
 	if err == nil && r.probe != "" && res.ExitCode != 0 && !res.TimedOut && networkFailure(res.Stderr) {
 		// The code failed on a network error: if the sandbox cannot
@@ -310,32 +332,43 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	stderr := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStderrLine})
 	tail := output.NewTail(stderrTail)
 
-	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode())
+	// A warm exec if one covers the run (its deno already started and
+	// waiting), else a new one.
+	var payload []byte
+	var st *stream
+	if req.OnOutDir == nil { // a warm exec never keeps out/ for --collect
+		st = r.pool.take(warmKey(req, r.memoryMB))
+	}
+	warm := st != nil
+	if warm {
+		id = st.runID
+		claim, err := runpolicy.NewRunClaim(runpolicy.Run{ID: id, Timeout: req.Timeout, Hosts: req.AllowHosts,
+			AllHosts: req.AllowAllHosts, ReadPaths: req.ReadPaths, ProxyURL: req.ProxyURL}).Line()
+		if err != nil {
+			st.close()
+			return nil, err
+		}
+		payload = append(claim, req.Code...)
+	}
+	r.log.Info("start", "run", id, "timeout", req.Timeout, "network", req.NetworkMode(), "warm", warm)
 	start := time.Now()
 	hardDeadline := start.Add(req.Timeout + r.grace)
-	setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
-	created, err := r.cli.ExecCreate(setupCtx, r.container, client.ExecCreateOptions{
-		AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Env: env, Cmd: []string{wrapper},
-	})
-	if err != nil {
+	if !warm {
+		payload = []byte(req.Code)
+		setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
+		st, err = r.openExec(setupCtx, id, []string{wrapper}, env)
 		cancelSetup()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("run canceled: %w", ctx.Err())
+			}
+			return nil, err
 		}
-		return nil, fmt.Errorf("docker exec create: %w", err)
 	}
-	att, err := r.cli.ExecAttach(setupCtx, created.ID, client.ExecAttachOptions{})
-	cancelSetup()
-	if err != nil {
-		// The start may have reached the engine: make sure nothing runs.
-		r.kill(id)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("run canceled: %w", ctx.Err())
-		}
-		return nil, fmt.Errorf("docker exec start: %w", err)
-	}
-	defer att.Close()
+	defer st.close()
+	att := st.att
+	st.out.set(stdout)
+	st.err.set(io.MultiWriter(stderr, tail))
 
 	// One watcher cuts the run when its hard deadline passes or ctx ends:
 	// first the wrapper kills the run's processes, then the stream closes.
@@ -360,10 +393,11 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}()
 	go func() {
 		// Errors here surface as the run's own outcome (it ended early).
-		_, _ = io.WriteString(att.Conn, req.Code)
+		_, _ = att.Conn.Write(payload)
 		_ = att.CloseWrite()
 	}()
-	_, copyErr := stdcopy.StdCopy(stdout, io.MultiWriter(stderr, tail), att.Reader)
+	<-st.done
+	copyErr := st.copyErr
 	duration := time.Since(start)
 	close(streamDone)
 	why := <-watchDone
@@ -387,12 +421,13 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		// ended if the kill failed; do not wait long for it.
 		wait = 2 * time.Second
 	}
-	exitCode, inspectErr := r.exitCode(created.ID, wait)
+	exitCode, inspectErr := r.exitCode(st.execID, wait)
 	if why == stopTimeout {
 		// Killed from outside after the wrapper's own timeout failed to
 		// end it; the exit code may not be recorded yet.
 		res.TimedOut = true
 		res.ExitCode = 137
+		res.Stderr = stripTrailer(res.Stderr)
 		if inspectErr == nil && exitCode > 0 {
 			res.ExitCode = exitCode
 		}
@@ -470,7 +505,8 @@ func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.
 		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes)
 }
 
-// runEnv is the run's exec environment, checked as the filter will.
+// runEnv is the run's exec environment (runpolicy's wrapper contract,
+// which the filter and the wrapper check again).
 func (r *Runner) runEnv(id string, req sandbox.Request) ([]string, error) {
 	if req.Timeout <= 0 || req.Timeout > maxTimeout {
 		return nil, fmt.Errorf("timeout is %v: want a positive duration of at most %v", req.Timeout, maxTimeout)
@@ -478,57 +514,20 @@ func (r *Runner) runEnv(id string, req sandbox.Request) ([]string, error) {
 	if req.MaxOutput < 0 {
 		return nil, fmt.Errorf("max output is %d bytes: want a positive number, or 0 for the default %d", req.MaxOutput, DefaultMaxOutput)
 	}
-	net := ""
-	switch {
-	case req.AllowAllHosts:
-		net = "*"
-	case len(req.AllowHosts) > 0:
-		for _, h := range req.AllowHosts {
-			if h == "" || strings.ContainsAny(h, ", *") {
-				return nil, fmt.Errorf("allowed host %q is not a host name or IP address with an optional port", h)
-			}
-		}
-		net = strings.Join(req.AllowHosts, ",")
-	}
-	for _, p := range req.ReadPaths {
-		if !path.IsAbs(p) || strings.Contains(p, ",") {
-			return nil, fmt.Errorf("read path %q must be an absolute path without commas", p)
-		}
-	}
-	env := []string{
-		"CODEFORGE_RUN_ID=" + id,
-		"CODEFORGE_TIMEOUT=" + timeoutSeconds(req.Timeout),
-		"CODEFORGE_ALLOW_NET=" + net,
-		"CODEFORGE_MEMORY_MB=" + strconv.Itoa(r.memoryMB),
-	}
-	if len(req.ReadPaths) > 0 {
-		env = append(env, "CODEFORGE_READ="+strings.Join(req.ReadPaths, ","))
-	}
-	if req.OnOutDir != nil {
-		env = append(env, "CODEFORGE_KEEP_OUT=1")
-	}
-	if req.ProxyURL != "" {
-		if u, err := url.Parse(req.ProxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// The URL holds the run's proxy secret: never echo it.
-			return nil, errors.New("proxy URL is not an http:// or https:// URL with a host")
-		}
-		env = append(env, "HTTPS_PROXY="+req.ProxyURL, "HTTP_PROXY="+req.ProxyURL)
-	}
-	if err := dockerfilter.CheckRunEnv(env); err != nil {
+	env, err := runpolicy.Run{
+		ID:        id,
+		Timeout:   req.Timeout,
+		Hosts:     req.AllowHosts,
+		AllHosts:  req.AllowAllHosts,
+		MemoryMB:  r.memoryMB,
+		ReadPaths: req.ReadPaths,
+		ProxyURL:  req.ProxyURL,
+		KeepOut:   req.OnOutDir != nil,
+	}.Env()
+	if err != nil {
 		return nil, fmt.Errorf("run settings the sandbox refuses: %w", err)
 	}
 	return env, nil
-}
-
-// timeoutSeconds formats d as seconds with at most three decimals,
-// rounded up to the millisecond.
-func timeoutSeconds(d time.Duration) string {
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	s := strconv.FormatInt(ms/1000, 10)
-	if frac := ms % 1000; frac != 0 {
-		s += strings.TrimRight(fmt.Sprintf(".%03d", frac), "0")
-	}
-	return s
 }
 
 // exitCode reads an exec's exit code, waiting up to wait for the engine
@@ -595,7 +594,7 @@ func (r *Runner) kill(id string) {
 	switch {
 	case err != nil:
 		r.log.Warn("kill run", "run", id, "err", err)
-	case res.exitCode != 0 && res.exitCode != 3: // 3: the run had already ended
+	case res.exitCode != 0 && res.exitCode != runpolicy.ExitNoSuchRun: // the run had already ended
 		r.log.Warn("kill run", "run", id, "exit_code", res.exitCode, "stderr", firstLine(res.stderr))
 	default:
 		r.log.Info("killed run", "run", id)

@@ -57,7 +57,7 @@ func mustRun(t *testing.T, r *Runner, req sandbox.Request) *sandbox.Result {
 
 // leftovers lists what a finished run could leave behind in the sandbox:
 // processes other than the keepalive (seen from the host with docker top,
-// zombies included) and entries under /tmp/runs.
+// zombies included) and anything under /tmp (Deno's cache included).
 func leftovers(t *testing.T, sb *dockertest.Sandbox) []string {
 	t.Helper()
 	var left []string
@@ -66,8 +66,10 @@ func leftovers(t *testing.T, sb *dockertest.Sandbox) []string {
 			left = append(left, "process: "+strings.Join(strings.Fields(p), " "))
 		}
 	}
+	// Anything in /tmp but the (empty) runs directory: a run's files,
+	// its Deno cache, anything its code wrote.
 	out := sb.Exec(t, "sh", "-c", `[ ! -e /tmp/runs ] || [ -r /tmp/runs ] || echo /tmp/runs-unreadable
-for f in /tmp/runs/* /tmp/runs/.[!.]*; do [ -e "$f" ] && echo "$f"; done; true`)
+for f in /tmp/* /tmp/.[!.]* /tmp/runs/* /tmp/runs/.[!.]*; do [ -e "$f" ] && [ "$f" != /tmp/runs ] && echo "$f"; done; true`)
 	for _, f := range strings.Fields(out) {
 		left = append(left, "file: "+f)
 	}
@@ -108,7 +110,7 @@ func TestRunner(t *testing.T) {
 		// With no grace the runner's own deadline comes before the
 		// wrapper's (which starts later): the runner kills the run.
 		eager := newRunner(t, Options{DockerHost: sb.FilterHost, Grace: time.Nanosecond})
-		res := mustRun(t, eager, sandbox.Request{Code: `console.log("before"); while (true) {}`, Timeout: time.Second})
+		res := mustRun(t, eager, sandbox.Request{Code: `console.log("before"); while (true) {}`, Timeout: 3 * time.Second})
 		if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "before\n" {
 			t.Errorf("result %+v, want timed out with 137 and the partial output", res)
 		}
@@ -521,13 +523,22 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func TestTimeoutSeconds(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Second: "1", 1500 * time.Millisecond: "1.5", 1001 * time.Microsecond: "0.002",
-		90 * time.Second: "90", 2*time.Second + 10*time.Millisecond: "2.01",
-	} {
-		if got := timeoutSeconds(d); got != want {
-			t.Errorf("timeoutSeconds(%v) = %q, want %q", d, got, want)
-		}
+// TestFullTmpSaysSo: when the sandbox's /tmp is full anyway (something
+// else filled it), a run fails with an error that says what is full and
+// what to do, and Ready says so too, instead of an I/O error from deep
+// inside.
+func TestFullTmpSaysSo(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{TmpfsMB: 8})
+	r := newRunner(t, Options{DockerHost: sb.FilterHost})
+	mustRun(t, r, sandbox.Request{Code: `console.log(1)`})
+	// Fill it from outside (cat stops at the first write that fails).
+	sb.Exec(t, "sh", "-c", "cat /usr/local/bin/deno > /tmp/filler 2>/dev/null; true")
+	res, err := r.Run(context.Background(), sandbox.Request{Code: `console.log(1)`, Timeout: 30 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "full") || !strings.Contains(err.Error(), "/tmp") {
+		t.Errorf("run on a full /tmp: %+v, %v; want an error saying /tmp is full", res, err)
+	}
+	if err := r.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Errorf("Ready on a full /tmp: %v; want it to say /tmp is full", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/codeforge/codeforge/internal/dockertest"
 	"github.com/codeforge/codeforge/sandbox"
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 )
 
 // wrapperExec runs codeforge-run in the sandbox as the sandbox user
@@ -77,7 +78,7 @@ func TestWrapper(t *testing.T) {
 		{"read traversal", with("CODEFORGE_READ=/skills/../etc/passwd"), nil, "CODEFORGE_READ"},
 		{"read space", with("CODEFORGE_READ=/a b"), nil, "CODEFORGE_READ"},
 		{"proxy scheme", with("HTTPS_PROXY=socks5://proxy:1080"), nil, "HTTPS_PROXY"},
-		{"proxy chars", with("HTTP_PROXY=http://proxy:3128/$(id)"), nil, "HTTPS_PROXY"},
+		{"proxy chars", with("HTTP_PROXY=http://proxy:3128/$(id)"), nil, "HTTP_PROXY"},
 		{"unknown flag", nil, []string{"--bogus"}, "usage"},
 		{"kill without id", nil, []string{"--kill"}, "usage"},
 		{"kill bad id", nil, []string{"--kill", "../../x"}, "--kill needs a run ID"},
@@ -137,7 +138,7 @@ func TestRunProcess(t *testing.T) {
 	got := make(chan map[string]string, 1)
 	res := mustRun(t, r, sandbox.Request{
 		Code:       `console.log("ready"); await new Promise((r) => setTimeout(r, 60000));`,
-		Timeout:    3 * time.Second,
+		Timeout:    15 * time.Second, // three docker execs must read it first, on a busy machine
 		AllowHosts: []string{"api.test"},
 		ProxyURL:   proxyURL,
 		OnStdoutLine: func(string) {
@@ -158,30 +159,20 @@ func TestRunProcess(t *testing.T) {
 	}
 	proc := <-got
 	env := strings.Split(strings.TrimRight(proc["environ"], "\x00"), "\x00")
-	slices.Sort(env)
 	scratch := ""
 	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "HOME="); ok {
 			scratch = v
 		}
 	}
-	want := []string{
-		"DENO_DIR=/tmp/deno-dir", "DENO_NO_PROMPT=1", "DENO_NO_UPDATE_CHECK=1", "DENO_CERT=/ca/ca.pem",
-		"HOME=" + scratch, "HTTPS_PROXY=" + proxyURL, "HTTP_PROXY=" + proxyURL, "NO_COLOR=1", "NO_PROXY=",
-		"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + scratch,
-		"http_proxy=" + proxyURL, "https_proxy=" + proxyURL, "no_proxy=",
-	}
-	slices.Sort(want)
-	if !slices.Equal(env, want) || !strings.HasPrefix(scratch, "/tmp/runs/") {
+	id := strings.TrimPrefix(scratch, runpolicy.SandboxRuns+"/")
+	spec := runpolicy.Run{ID: id, Hosts: []string{"api.test"}, MemoryMB: DefaultMemoryMB, ProxyURL: proxyURL}.Spec(true)
+	if want := runpolicy.Env(spec); !slices.Equal(env, want) {
 		t.Errorf("deno's environment:\n%q\nwant:\n%q", env, want)
 	}
 	args := strings.Split(strings.TrimRight(proc["cmdline"], "\x00"), "\x00")
-	for _, a := range []string{"run", "--no-prompt", "--no-remote", "--no-npm", "--deny-env", "--deny-run", "--deny-ffi", "--deny-sys",
-		"--allow-net=api.test", "--allow-read=" + scratch + ",/skills", "--allow-write=" + scratch + ",/skills",
-		"--v8-flags=--max-old-space-size=256", "-"} {
-		if !slices.Contains(args, a) {
-			t.Errorf("deno's command line %q lacks %s", args, a)
-		}
+	if want := append([]string{"deno"}, runpolicy.Args(spec)...); !slices.Equal(args, want) {
+		t.Errorf("deno's command line:\n%q\nwant:\n%q", args, want)
 	}
 	for _, line := range []string{"Uid:\t10001\t10001\t10001\t10001", "Gid:\t10001\t10001\t10001\t10001", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1"} {
 		if !strings.Contains(proc["status"], line+"\n") {

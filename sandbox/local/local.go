@@ -16,14 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +28,7 @@ import (
 
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
 	"github.com/codeforge/codeforge/settings"
 )
 
@@ -65,11 +62,6 @@ const stderrTail = 8 << 10
 // is gone or killed (only a stray descendant could hold them open).
 const waitDelay = 5 * time.Second
 
-// hostPattern is what an --allow-net entry may look like: a host name or IP
-// literal with an optional port. It keeps out the commas and spaces that
-// would smuggle extra entries or flags into the Deno command line.
-var hostPattern = regexp.MustCompile(`^[A-Za-z0-9._\-]+(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$`)
-
 // Options configures a Runner. DenoPath and SkillsDir are required.
 type Options struct {
 	// DenoPath is the deno executable (see FindDeno).
@@ -91,10 +83,12 @@ type Options struct {
 	// MemoryMB+ExtraMemoryMB, so off-heap allocations fail instead of
 	// exhausting the machine. Default DefaultExtraMemoryMB.
 	ExtraMemoryMB int
-	// DenoDir is Deno's own cache directory (DENO_DIR), shared by runs and
-	// never writable by them. Default: ScratchRoot/deno-dir. Runs never
-	// need the network for it: remote and npm modules are refused.
-	DenoDir string
+	// PoolSize is how many warm deno processes the runner keeps started
+	// and waiting for a run (each serves one run, then is replaced in the
+	// background). 0 turns warming off: every run starts cold. A run no
+	// warm process can serve (the pool is empty, or the run needs a
+	// permission the warm processes were not started with) starts cold.
+	PoolSize int
 	// Logger receives lifecycle logs; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -105,7 +99,6 @@ type Runner struct {
 	deno        string
 	skillsDir   string
 	scratchRoot string
-	denoDir     string
 	caCert      string
 	memoryMB    int
 	dataLimit   uint64 // RLIMIT_DATA of each run, in bytes
@@ -114,6 +107,8 @@ type Runner struct {
 	readyMu sync.Mutex
 	ready   bool
 	closed  atomic.Bool
+
+	pool *pool
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -150,22 +145,12 @@ func New(opts Options) (*Runner, error) {
 	if !filepath.IsAbs(scratchRoot) || strings.Contains(scratchRoot, ",") {
 		return nil, fmt.Errorf("local sandbox: ScratchRoot %q must be an absolute path without commas", scratchRoot)
 	}
-	denoDir := opts.DenoDir
-	if denoDir != "" && !filepath.IsAbs(denoDir) {
-		return nil, fmt.Errorf("local sandbox: DenoDir %q must be an absolute path", denoDir)
-	}
 	// Only now, with every option valid, touch the filesystem.
 	if err := os.MkdirAll(scratchRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox: create scratch root: %w", err)
 	}
 	if scratchRoot, err = filepath.EvalSymlinks(scratchRoot); err != nil {
 		return nil, fmt.Errorf("local sandbox: scratch root: %w", err)
-	}
-	if denoDir == "" {
-		denoDir = filepath.Join(scratchRoot, "deno-dir")
-	}
-	if err := os.MkdirAll(denoDir, 0o700); err != nil {
-		return nil, fmt.Errorf("local sandbox: create deno dir: %w", err)
 	}
 	memoryMB := opts.MemoryMB
 	if memoryMB == 0 {
@@ -175,21 +160,31 @@ func New(opts Options) (*Runner, error) {
 	if extraMB == 0 {
 		extraMB = DefaultExtraMemoryMB
 	}
+	if opts.PoolSize < 0 || opts.PoolSize > MaxPoolSize {
+		return nil, fmt.Errorf("local sandbox: PoolSize is %d: want 0 (no warm processes) to %d", opts.PoolSize, MaxPoolSize)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{
+	r := &Runner{
 		deno:        opts.DenoPath,
 		skillsDir:   skills,
 		scratchRoot: scratchRoot,
-		denoDir:     denoDir,
 		caCert:      caCert,
 		memoryMB:    memoryMB,
 		dataLimit:   uint64(memoryMB+extraMB) << 20,
 		log:         log.With("component", "sandbox", "backend", "local"),
-	}, nil
+	}
+	r.pool = &pool{r: r, size: opts.PoolSize}
+	return r, nil
 }
+
+// MaxPoolSize bounds Options.PoolSize.
+const MaxPoolSize = 64
+
+// WarmIdle reports how many warm processes are waiting for a run.
+func (r *Runner) WarmIdle() int { return r.pool.idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
@@ -211,8 +206,13 @@ func (r *Runner) Ready(ctx context.Context) error {
 	if r.ready {
 		return nil
 	}
+	dir, err := os.MkdirTemp(r.scratchRoot, "check-")
+	if err != nil {
+		return fmt.Errorf("starting: %w", scratchError(r.scratchRoot, err))
+	}
+	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, r.deno, "--version")
-	cmd.Env = baseEnv(os.TempDir(), r.denoDir)
+	cmd.Env = runpolicy.Env(runpolicy.Spec{Scratch: dir, DenoDir: dir})
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("starting: %s --version: %w: %s", r.deno, err, bytes.TrimSpace(out))
@@ -224,9 +224,11 @@ func (r *Runner) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close refuses further runs. Runs in progress finish normally.
+// Close refuses further runs and ends the warm processes. Runs in
+// progress finish normally.
 func (r *Runner) Close() error {
 	r.closed.Store(true)
+	r.pool.close()
 	return nil
 }
 
@@ -263,22 +265,33 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	scratch := filepath.Join(r.scratchRoot, "run-"+id)
-	if err := os.Mkdir(scratch, 0o700); err != nil {
-		return nil, fmt.Errorf("create scratch dir: %w", err)
+	spec := runpolicy.Spec{
+		Scratch:   scratch,
+		DenoDir:   runpolicy.CacheDir(scratch),
+		Skills:    r.skillsDir,
+		ReadPaths: req.ReadPaths,
+		// Never AllHosts (a bare --allow-net): checkRequest refused
+		// it, see ErrAllHosts.
+		Hosts:    req.AllowHosts,
+		MemoryMB: r.memoryMB,
+		ProxyURL: req.ProxyURL,
+		CACert:   r.caCert,
 	}
-	defer r.removeScratch(id, scratch)
+	if w, claim := r.pool.take(spec); w != nil {
+		return r.runWarm(ctx, w, claim, req, maxOutput)
+	}
+	defer r.removeRun(id, scratch)
+	for _, dir := range []string{spec.Scratch, spec.DenoDir} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return nil, scratchError(dir, err)
+		}
+	}
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout, errRunTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(runCtx, r.deno, denoArgs(argSpec{
-		scratch:   scratch,
-		skills:    r.skillsDir,
-		readPaths: req.ReadPaths,
-		hosts:     req.AllowHosts,
-		memoryMB:  r.memoryMB,
-	})...)
+	cmd := exec.CommandContext(runCtx, r.deno, runpolicy.Args(spec)...)
 	cmd.Dir = scratch
-	cmd.Env = runEnv(scratch, r.denoDir, req.ProxyURL, r.caCert)
+	cmd.Env = runpolicy.Env(spec)
 	// The code goes in through a pipe only once the run's memory limit is
 	// set: deno runs nothing before it has read all of its stdin.
 	stdin, err := cmd.StdinPipe()
@@ -361,6 +374,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}
+	r.pool.coldOK()
 	return res, nil
 }
 
@@ -376,92 +390,21 @@ func checkRequest(req sandbox.Request) error {
 		return fmt.Errorf("max output is %d bytes: want a positive number, or 0 for the default %d", req.MaxOutput, DefaultMaxOutput)
 	}
 	for _, h := range req.AllowHosts {
-		if !hostPattern.MatchString(h) {
-			return fmt.Errorf("allowed host %q is not a host name or IP address with an optional port", h)
+		if err := runpolicy.CheckHost(h); err != nil {
+			return err
 		}
 	}
 	for _, p := range req.ReadPaths {
-		if !filepath.IsAbs(p) || strings.ContainsAny(p, ",\x00") {
-			return fmt.Errorf("read path %q must be an absolute path without commas", p)
+		if err := runpolicy.CheckReadPath(p); err != nil {
+			return err
 		}
 	}
 	if req.ProxyURL != "" {
-		u, err := url.Parse(req.ProxyURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// The URL holds the run's proxy secret: never echo it.
-			return errors.New("proxy URL is not an http:// or https:// URL with a host")
+		if err := runpolicy.CheckProxyURL(req.ProxyURL); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// argSpec is what the deno command line depends on.
-type argSpec struct {
-	scratch, skills string
-	readPaths       []string
-	hosts           []string
-	memoryMB        int
-}
-
-// denoArgs builds the `deno run` command line for a run reading its code
-// from stdin. Every permission not granted here is denied without a prompt;
-// env, subprocesses, FFI, system information and remote imports are denied
-// explicitly as well, so no later default can grant them.
-func denoArgs(s argSpec) []string {
-	read := append([]string{s.scratch, s.skills}, s.readPaths...)
-	args := []string{
-		"run",
-		"--no-prompt",
-		"--no-config",
-		"--no-lock",
-		"--no-remote",
-		"--no-npm",
-		"--ext=ts",
-		"--allow-read=" + strings.Join(read, ","),
-		"--allow-write=" + s.scratch + "," + s.skills,
-		"--deny-env",
-		"--deny-run",
-		"--deny-ffi",
-		"--deny-sys",
-		"--deny-import",
-	}
-	// Never a bare --allow-net: see ErrAllHosts.
-	if len(s.hosts) > 0 {
-		args = append(args, "--allow-net="+strings.Join(s.hosts, ","))
-	} else {
-		args = append(args, "--deny-net")
-	}
-	return append(args, "--v8-flags=--max-old-space-size="+strconv.Itoa(s.memoryMB), "-")
-}
-
-// baseEnv is the whole environment of a deno process apart from the
-// network settings: nothing is inherited from the server, which holds real
-// secrets.
-func baseEnv(home, denoDir string) []string {
-	return []string{
-		"HOME=" + home,
-		"TMPDIR=" + home,
-		"DENO_DIR=" + denoDir,
-		"NO_COLOR=1",
-		"DENO_NO_UPDATE_CHECK=1",
-		"DENO_NO_PROMPT=1",
-	}
-}
-
-// runEnv is a run's environment: baseEnv plus the run's proxy identity and
-// the proxy CA, when it has network.
-func runEnv(scratch, denoDir, proxyURL, caCert string) []string {
-	env := baseEnv(scratch, denoDir)
-	if proxyURL != "" {
-		env = append(env,
-			"HTTPS_PROXY="+proxyURL, "HTTP_PROXY="+proxyURL,
-			"https_proxy="+proxyURL, "http_proxy="+proxyURL,
-			"NO_PROXY=", "no_proxy=")
-	}
-	if caCert != "" {
-		env = append(env, "DENO_CERT="+caCert)
-	}
-	return env
 }
 
 // BareCommand is a `deno run` of code with the flags and environment a
@@ -469,9 +412,10 @@ func runEnv(scratch, denoDir, proxyURL, caCert string) []string {
 // and cache directory, and none of a Runner's bookkeeping: the baseline for
 // benchmarks of a Runner's (or the server's) overhead.
 func BareCommand(ctx context.Context, denoPath, dir, code string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, denoPath, denoArgs(argSpec{scratch: dir, skills: dir, memoryMB: DefaultMemoryMB})...)
+	spec := runpolicy.Spec{Scratch: dir, DenoDir: filepath.Join(dir, "deno-dir"), Skills: dir, MemoryMB: DefaultMemoryMB}
+	cmd := exec.CommandContext(ctx, denoPath, runpolicy.Args(spec)...)
 	cmd.Dir = dir
-	cmd.Env = baseEnv(dir, filepath.Join(dir, "deno-dir"))
+	cmd.Env = runpolicy.Env(spec)
 	cmd.Stdin = strings.NewReader(code)
 	return cmd
 }
@@ -506,21 +450,20 @@ func isOOM(state *os.ProcessState, stderrTail string) bool {
 	return sandbox.HasV8OOMMarker(stderrTail)
 }
 
-// removeScratch deletes a run's scratch directory, first making writable
-// any directory the code made read-only.
-func (r *Runner) removeScratch(id, dir string) {
-	if err := os.RemoveAll(dir); err == nil {
-		return
+// removeRun deletes a run's scratch and cache directories.
+func (r *Runner) removeRun(id, scratch string) {
+	if err := runpolicy.RemoveRun(scratch); err != nil {
+		r.log.Warn("remove run files", "run", id, "err", err)
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(dir); err != nil {
-		r.log.Warn("remove scratch dir", "run", id, "dir", dir, "err", err)
+}
+
+// scratchError words a failure to create a run's directory; a full
+// filesystem says so plainly.
+func scratchError(dir string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("the filesystem of the scratch root %s is full (no space left on device): cannot create %s; free space there or set another scratch root", filepath.Dir(dir), dir)
 	}
+	return fmt.Errorf("create run directory %s: %w", dir, err)
 }
 
 // FindDeno looks for the deno executable: $DENO_BIN, then each directory of

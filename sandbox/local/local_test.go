@@ -132,7 +132,7 @@ func TestRunTimeoutKeepsPartialOutputAndKillsGroup(t *testing.T) {
 	r := newRunner(t, nil)
 	res, err := r.Run(t.Context(), sandbox.Request{
 		Code:    `console.log(Deno.pid); console.log("partial"); console.error("err partial"); while (true) {}`,
-		Timeout: time.Second,
+		Timeout: 3 * time.Second, // deno must start and print first, on a busy machine
 	})
 	if err != nil {
 		t.Fatalf("a timeout must be a result, not an error: %v", err)
@@ -146,8 +146,8 @@ func TestRunTimeoutKeepsPartialOutputAndKillsGroup(t *testing.T) {
 	if res.ExitCode != 128+int(syscall.SIGKILL) {
 		t.Errorf("exit code %d, want %d (SIGKILL)", res.ExitCode, 128+int(syscall.SIGKILL))
 	}
-	if res.Duration < time.Second {
-		t.Errorf("duration %v is shorter than the 1s timeout", res.Duration)
+	if res.Duration < 3*time.Second {
+		t.Errorf("duration %v is shorter than the 3s timeout", res.Duration)
 	}
 	assertGone(t, pidLine(t, res.Stdout))
 }
@@ -201,7 +201,7 @@ func TestRunCancelKillsAndSeesMinimalEnv(t *testing.T) {
 		t.Errorf("HOME=%q, want a run directory under %s", home, r.scratchRoot)
 	}
 	want := map[string]string{
-		"HOME": home, "TMPDIR": home, "DENO_DIR": r.denoDir,
+		"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "DENO_DIR": home + ".deno", "DENO_EMIT_CACHE_MODE": "disable",
 		"NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PROMPT": "1",
 		"HTTPS_PROXY": proxyURL, "HTTP_PROXY": proxyURL, "https_proxy": proxyURL, "http_proxy": proxyURL,
 		"NO_PROXY": "", "no_proxy": "",
@@ -389,9 +389,9 @@ func TestRunPermissionsDenied(t *testing.T) {
 		"read /etc/passwd":    `await Deno.readTextFile("/etc/passwd")`,
 		"read proc environ":   `await Deno.readTextFile("/proc/self/environ")`,
 		"read scratch root":   fmt.Sprintf(`for await (const _ of Deno.readDir(%q)) {}`, r.scratchRoot),
-		"read deno dir":       fmt.Sprintf(`for await (const _ of Deno.readDir(%q)) {}`, r.denoDir),
+		"read deno dir":       `for await (const _ of Deno.readDir(Deno.cwd() + ".deno")) {}`,
 		"write outside":       fmt.Sprintf(`await Deno.writeTextFile(%q, "x")`, outside),
-		"write deno dir":      fmt.Sprintf(`await Deno.writeTextFile(%q, "x")`, filepath.Join(r.denoDir, "poison")),
+		"write deno dir":      `await Deno.writeTextFile(Deno.cwd() + ".deno/poison", "x")`,
 		"write /tmp":          `await Deno.writeTextFile("/tmp/codeforge-escape", "x")`,
 		"symlink out":         `await Deno.symlink("/etc/passwd", "link")`,
 		"chdir out":           `Deno.chdir("/")`,
@@ -511,10 +511,9 @@ func assertNoRunDirs(t *testing.T, r *Runner) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Nothing at all: no scratch directory, no Deno cache.
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "run-") {
-			t.Errorf("scratch dir %s left behind", e.Name())
-		}
+		t.Errorf("%s left behind in the scratch root", e.Name())
 	}
 }
 
@@ -728,7 +727,6 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"missing CA", Options{DenoPath: deno, SkillsDir: dir, CACertFile: filepath.Join(dir, "nope.pem")}, "CACertFile"},
 		{"CA not PEM", Options{DenoPath: deno, SkillsDir: dir, CACertFile: notPEM}, "holds no PEM CERTIFICATE"},
 		{"relative scratch root", Options{DenoPath: deno, SkillsDir: dir, ScratchRoot: "runs"}, "ScratchRoot \"runs\" must be an absolute path"},
-		{"relative deno dir", Options{DenoPath: deno, SkillsDir: dir, DenoDir: "cache"}, "DenoDir \"cache\" must be an absolute path"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

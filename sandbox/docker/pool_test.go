@@ -1,0 +1,85 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeforge/codeforge/internal/dockertest"
+	"github.com/codeforge/codeforge/internal/testenv"
+	"github.com/codeforge/codeforge/sandbox"
+)
+
+func waitWarm(t *testing.T, r *Runner, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for r.WarmIdle() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d warm execs after a minute, want %d", r.WarmIdle(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWarmExecs: with a pool, runs after the first are served by warm
+// execs made through the same filter: right answers, each run narrowed
+// to its own permissions, a timeout still kills the run, and nothing is
+// left in the sandbox once the runner is closed.
+func TestWarmExecs(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{})
+	logs := &testenv.LogBuffer{}
+	r := newRunner(t, Options{DockerHost: sb.FilterHost, PoolSize: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cold := func() int { return strings.Count(logs.String(), "warm=false") }
+
+	mustRun(t, r, sandbox.Request{Code: `console.log(0)`, AllowHosts: []string{"a.test", "b.test"}, ReadPaths: []string{"/ca/ca.pem"}})
+	for i := 1; i <= 3; i++ {
+		waitWarm(t, r, 1)
+		res := mustRun(t, r, sandbox.Request{Code: `console.log(Deno.cwd().startsWith("/tmp/runs/"), [...Deno.readDirSync(".")].length)`,
+			AllowHosts: []string{"a.test", "b.test"}, ReadPaths: []string{"/ca/ca.pem"}})
+		if res.Stdout != "true 0\n" || res.ExitCode != 0 {
+			t.Errorf("warm run %d: %+v", i, res)
+		}
+	}
+	waitWarm(t, r, 1)
+	res := mustRun(t, r, sandbox.Request{AllowHosts: []string{"a.test"}, ProxyURL: "http://run-x:secret@proxy.test:3128", Code: `
+const q = async (d) => (await Deno.permissions.query(d)).state;
+const out = { a: await q({name: "net", host: "a.test"}), b: await q({name: "net", host: "b.test"}),
+  ca: await q({name: "read", path: "/ca/ca.pem"}), env: await q({name: "env"}),
+  code: await q({name: "read", path: Deno.cwd() + ".deno"}) };
+console.log(JSON.stringify(out));`})
+	var got map[string]string
+	if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+		t.Fatalf("narrowed warm run: %+v", res)
+	}
+	want := map[string]string{"a": "granted", "b": "prompt", "ca": "prompt", "env": "prompt", "code": "prompt"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("narrowed warm run: %s is %q, want %q (prompt: denied without asking)", k, got[k], v)
+		}
+	}
+	waitWarm(t, r, 1)
+	res, err := r.Run(context.Background(), sandbox.Request{Code: `console.log("before"); while (true) {}`, Timeout: 3 * time.Second,
+		AllowHosts: []string{"a.test"}})
+	if err != nil || !res.TimedOut || res.ExitCode != 137 || res.Stdout != "before\n" || res.Stderr != "" {
+		t.Errorf("timed-out warm run: %+v %v", res, err)
+	}
+	if n := cold(); n != 1 {
+		t.Errorf("%d runs started cold, want 1:\n%s", n, logs)
+	}
+	r.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := leftovers(t, sb)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after Close: %q", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,164 @@
+package runpolicy
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A warm process is a deno started before its run is known: it runs
+// Bootstrap, which waits on stdin for one Claim (a JSON line), then
+// narrows its own permissions to the run's and imports the run's code
+// from CodeFile. It runs exactly one run and is never reused.
+//
+// It starts with the permissions of WarmArgs: those of a run with the
+// warm Spec, except that it may set (never read back) the proxy
+// variables, which the claim then revokes with everything the run may
+// not have. Deno's revocations are final (--no-prompt: nothing can ask
+// for them back), and they all happen before the first line of the
+// run's code.
+
+// ProxyEnvKeys are the variables a warm process sets when claimed.
+var ProxyEnvKeys = []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "no_proxy"}
+
+// BootstrapName is the warm process's main module, in its cache
+// directory beside the other WarmFiles and the run's code (CodeName).
+const (
+	BootstrapName = "bootstrap.js"
+	entryName     = "entry.js"
+	sealName      = "seal.js"
+	CodeName      = "main.ts"
+)
+
+// CodeFile is where a warm run's code is written before the claim: in
+// the run's cache directory, which the code itself cannot read.
+func CodeFile(scratch string) string { return CacheDir(scratch) + "/" + CodeName }
+
+// WarmArgs is the deno command line of a warm process for spec (whose
+// cache directory holds WarmFiles): a run's, except that it may set
+// (never read back) the proxy variables, may read its cache directory
+// until the code starts, and runs the bootstrap instead of stdin.
+func WarmArgs(s Spec) []string {
+	args := Args(s)
+	for i, a := range args {
+		switch {
+		case a == "--deny-env":
+			args[i] = "--allow-env=" + strings.Join(ProxyEnvKeys, ",")
+		case strings.HasPrefix(a, "--allow-read="):
+			args[i] = a + "," + CacheDir(s.Scratch)
+		}
+	}
+	args[len(args)-1] = CacheDir(s.Scratch) + "/" + BootstrapName // in place of "-" (stdin)
+	return args
+}
+
+// WarmFiles are the files a warm process for spec needs in its cache
+// directory, by name. The bootstrap imports entry.js, which imports
+// seal.js and then the code: ES modules evaluate in import order once
+// all are loaded, so seal.js revokes the reading of the cache directory
+// (the code's own source included) before the first line of the code.
+func WarmFiles(s Spec) map[string]string {
+	cache, _ := json.Marshal(CacheDir(s.Scratch))
+	return map[string]string{
+		BootstrapName: Bootstrap,
+		entryName:     "import \"./" + sealName + "\";\nimport \"./" + CodeName + "\";\n",
+		sealName: "Deno.permissions.revokeSync({ name: \"read\", path: " + string(cache) + " });\n" +
+			"if (Deno.permissions.querySync({ name: \"read\", path: " + string(cache) + " }).state === \"granted\") {\n" +
+			"  Deno.stderr.writeSync(new TextEncoder().encode(\"codeforge-run: could not revoke the cache\\n\"));\n  Deno.exit(125);\n}\n",
+	}
+}
+
+// Claim is what a warm process gets on stdin when a run takes it.
+type Claim struct {
+	// Proxy is the run's proxy identity ("" for none).
+	Proxy string `json:"proxy"`
+	// NoNet revokes all network access; else RevokeHosts names the
+	// hosts of the warm Spec that the run may not reach.
+	NoNet       bool     `json:"no_net"`
+	RevokeHosts []string `json:"revoke_hosts"`
+	// RevokeRead names the warm Spec's extra read paths the run may not
+	// read.
+	RevokeRead []string `json:"revoke_read"`
+}
+
+// Covers reports whether a warm process started with warm can serve a
+// run that needs run (with proxy, or none when ""), and the claim that
+// narrows it. Paths other than the read paths (scratch, skills, cache,
+// CA) are the warm process's own.
+func Covers(warm, run Spec) (Claim, bool) {
+	if warm.AllHosts != run.AllHosts || warm.MemoryMB != run.MemoryMB || warm.Skills != run.Skills || warm.CACert != run.CACert {
+		return Claim{}, false
+	}
+	c := Claim{Proxy: run.ProxyURL}
+	if !run.AllHosts {
+		for _, h := range run.Hosts {
+			if !slices.Contains(warm.Hosts, h) {
+				return Claim{}, false
+			}
+		}
+		if len(run.Hosts) == 0 {
+			c.NoNet = len(warm.Hosts) > 0
+		} else {
+			for _, h := range warm.Hosts {
+				if !slices.Contains(run.Hosts, h) {
+					c.RevokeHosts = append(c.RevokeHosts, h)
+				}
+			}
+		}
+	}
+	for _, p := range run.ReadPaths {
+		if !slices.Contains(warm.ReadPaths, p) {
+			return Claim{}, false
+		}
+	}
+	for _, p := range warm.ReadPaths {
+		if !slices.Contains(run.ReadPaths, p) {
+			c.RevokeRead = append(c.RevokeRead, p)
+		}
+	}
+	return c, true
+}
+
+// Line is c as the one line the bootstrap reads.
+func (c Claim) Line() ([]byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode claim: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Bootstrap is the warm process's main module. It reads the claim, sets
+// the proxy variables, revokes what the run may not have (env access
+// always), checks that each revocation took, and imports the code. A
+// failure before the code runs exits with ExitRefused and a message that
+// starts with MessagePrefix.
+const Bootstrap = `// CodeForge warm bootstrap (sandbox/runpolicy): one run, then exit.
+const fail = (msg) => {
+  Deno.stderr.writeSync(new TextEncoder().encode("codeforge-run: " + msg + "\n"));
+  Deno.exit(125);
+};
+const chunks = [];
+for await (const chunk of Deno.stdin.readable) chunks.push(chunk);
+let claim;
+try {
+  claim = JSON.parse(new TextDecoder().decode(await new Blob(chunks).arrayBuffer()));
+} catch (e) {
+  fail("bad claim: " + e.message);
+}
+if (claim.proxy) {
+  for (const k of ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"]) Deno.env.set(k, claim.proxy);
+  Deno.env.set("NO_PROXY", "");
+  Deno.env.set("no_proxy", "");
+}
+const revoke = [{ name: "env" }];
+if (claim.no_net) revoke.push({ name: "net" });
+for (const host of claim.revoke_hosts ?? []) revoke.push({ name: "net", host });
+for (const path of claim.revoke_read ?? []) revoke.push({ name: "read", path });
+for (const d of revoke) {
+  const s = await Deno.permissions.revoke(d);
+  if (s.state === "granted") fail("could not revoke " + JSON.stringify(d));
+}
+await import(new URL("./entry.js", import.meta.url).href);
+`
