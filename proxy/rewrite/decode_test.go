@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -372,16 +371,5 @@ func BenchmarkDecodeReader(b *testing.B) {
 			sb.WriteString("key " + values[i%5] + "\n")
 		}
 	}
-	data := []byte(sb.String()[:size])
-	b.SetBytes(size)
-	b.ReportAllocs()
-	for b.Loop() {
-		rd := r.Reader(bytes.NewReader(data))
-		if _, err := io.Copy(io.Discard, rd); err != nil {
-			b.Fatal(err)
-		}
-		if rd.Count() == 0 {
-			b.Fatal("no replacements made")
-		}
-	}
+	streamBench(b, r, []byte(sb.String()[:size]))
 }
