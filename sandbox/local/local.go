@@ -209,7 +209,7 @@ func (r *Runner) Ready(ctx context.Context) error {
 	}
 	dir, err := os.MkdirTemp(r.scratchRoot, "check-")
 	if err != nil {
-		return fmt.Errorf("starting: %w", scratchError(r.scratchRoot, err))
+		return fmt.Errorf("starting: %w", r.scratchError(r.scratchRoot, err))
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, r.deno, "--version")
@@ -280,12 +280,15 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		CACert:   r.caCert,
 	}
 	if w, claim := r.pool.take(spec); w != nil {
-		return r.runWarm(ctx, w, claim, req, maxOutput)
+		res, err := r.runWarm(ctx, w, claim, req, maxOutput)
+		if !errors.Is(err, errWarmUnusable) {
+			return res, err
+		}
 	}
 	defer r.removeRun(id, scratch)
 	for _, dir := range []string{spec.Scratch, spec.DenoDir} {
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			return nil, scratchError(dir, err)
+			return nil, r.scratchError(dir, err)
 		}
 	}
 
@@ -465,13 +468,13 @@ func (r *Runner) removeRun(id, scratch string) {
 	}
 }
 
-// scratchError words a failure to create a run's directory; a full
-// filesystem says so plainly.
-func scratchError(dir string, err error) error {
+// scratchError words a failure to create a run's directory or file; a
+// full filesystem says so plainly, naming the scratch root.
+func (r *Runner) scratchError(path string, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("the filesystem of the scratch root %s is full (no space left on device): cannot create %s; free space there or set another scratch root", filepath.Dir(dir), dir)
+		return fmt.Errorf("the filesystem of the scratch root %s is full (no space or no inodes left on device): cannot create %s; free space there (the server keeps it under its data directory: --data-dir, DATA_DIR)", r.scratchRoot, path)
 	}
-	return fmt.Errorf("create run directory %s: %w", dir, err)
+	return fmt.Errorf("create %s: %w", path, err)
 }
 
 // FindDeno looks for the deno executable: $DENO_BIN, then each directory of

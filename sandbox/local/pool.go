@@ -239,13 +239,13 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*warmProc, error) {
 	}
 	for _, dir := range []string{spec.Scratch, spec.DenoDir} {
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			return fail(scratchError(dir, err))
+			return fail(r.scratchError(dir, err))
 		}
 	}
 	for name, content := range runpolicy.WarmFiles(spec) {
 		f := filepath.Join(spec.DenoDir, name)
 		if err := os.WriteFile(f, []byte(content), 0o400); err != nil {
-			return fail(scratchError(f, err))
+			return fail(r.scratchError(f, err))
 		}
 	}
 	w := &warmProc{id: id, spec: spec, ca: stampCA(spec.CACert), done: make(chan struct{})}
@@ -301,6 +301,10 @@ func (r *Runner) endWarm(w *warmProc) {
 	r.removeRun(w.id, w.spec.Scratch)
 }
 
+// errWarmUnusable is runWarm's answer when w could not take the run (its
+// code could not be written): the run starts cold instead.
+var errWarmUnusable = errors.New("warm process unusable")
+
 // runWarm runs req in the warm process w, narrowed by claim. It answers
 // as soon as the bootstrap's end line says the code is done (see
 // runpolicy.EndPrefix), kills what is left of the process then, and
@@ -322,8 +326,11 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	}
 	code := runpolicy.CodeFile(scratch)
 	if err := os.WriteFile(code, []byte(req.Code), 0o600); err != nil {
+		// A full scratch filesystem, most likely: a cold run, whose code
+		// goes in through a pipe, may still work.
 		r.endWarm(w)
-		return nil, scratchError(code, err)
+		r.log.Warn("warm run could not take its code; starting cold", "run", w.id, "err", err)
+		return nil, errWarmUnusable
 	}
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout, errRunTimeout)
