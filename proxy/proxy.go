@@ -436,9 +436,8 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		ctx.Resp = textResponse(ctx.Req, http.StatusBadRequest, "bad_target", "codeforge proxy: "+err.Error())
 		return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
 	}
-	pinned, _ := ctx.Req.Context().Value(pinnedKey).([]netip.Addr)
-	t := &target{run: rn, host: h, port: port, pinned: pinned}
-	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok && rn != p.transparent {
+	t := &target{run: rn, host: h, port: port}
+	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok {
 		switch err := tc.bindRun(rn, p.maxTunnels()); {
 		case errors.Is(err, errTooManyTunnels):
 			ctx.Resp = p.tooManyTunnels(ctx.Req, rn, t)
