@@ -70,7 +70,7 @@ func (p *Proxy) serveTunnel(conn net.Conn, t *target) {
 	inner := net.Conn(&prefixedConn{Conn: conn, r: io.MultiReader(bytes.NewReader(first[:]), conn)})
 	scheme := "http"
 	if first[0] == 0x16 { // a TLS handshake record
-		cfg, err := p.tlsConfig(t.hostport(), nil)
+		cfg, err := p.tlsConfig(t.hostport())
 		if err != nil {
 			p.log.Info("tunnel", "run", t.run.id, "host", t.hostport(), "err", err.Error())
 			return
