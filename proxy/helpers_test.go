@@ -228,6 +228,13 @@ func noPrivate() proxyOpt                     { return func(o *Options) { o.Allo
 
 func startProxy(t testing.TB, opts ...proxyOpt) *testProxy {
 	t.Helper()
+	return startProxyWith(t, nil, opts...)
+}
+
+// startProxyWith is startProxy with a hook that may change the proxy
+// before it starts serving.
+func startProxyWith(t testing.TB, setup func(*Proxy), opts ...proxyOpt) *testProxy {
+	t.Helper()
 	authority, err := ca.LoadOrCreate(filepath.Join(t.TempDir(), "ca"))
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +261,9 @@ func startProxy(t testing.TB, opts ...proxyOpt) *testProxy {
 	p, err := New(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(p)
 	}
 	go func() { _ = p.Serve(l) }()
 	t.Cleanup(func() { _ = p.Close() })

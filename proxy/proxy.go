@@ -168,10 +168,12 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-// newGoproxy configures goproxy to accept CONNECT only: every tunnel is
-// handed to serveTunnel, which intercepts it with a certificate from our
-// CA (never goproxy's built-in one) and sends every inner request through
-// forward; goproxy never dials anything.
+// newGoproxy configures goproxy to accept CONNECT only, for the explicit
+// proxy: every accepted tunnel is handed over (acceptTunnel, then
+// serveTunnel), which intercepts it with a certificate from our CA (never
+// goproxy's built-in one) and sends every inner request through forward;
+// goproxy never dials anything. Redirected connections (transparent mode)
+// do not go through goproxy.
 func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = goproxyLogger{p}
@@ -436,9 +438,8 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		ctx.Resp = textResponse(ctx.Req, http.StatusBadRequest, "bad_target", "codeforge proxy: "+err.Error())
 		return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
 	}
-	pinned, _ := ctx.Req.Context().Value(pinnedKey).([]netip.Addr)
-	t := &target{run: rn, host: h, port: port, pinned: pinned}
-	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok && rn != p.transparent {
+	t := &target{run: rn, host: h, port: port}
+	if tc, ok := ctx.Req.Context().Value(connKey).(*trackedConn); ok {
 		switch err := tc.bindRun(rn, p.maxTunnels()); {
 		case errors.Is(err, errTooManyTunnels):
 			ctx.Resp = p.tooManyTunnels(ctx.Req, rn, t)
@@ -452,8 +453,8 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 }
 
 // tlsConfig is what the sandbox sees when it opens TLS in a tunnel: a leaf
-// for the CONNECT host from our CA.
-func (p *Proxy) tlsConfig(host string, _ *goproxy.ProxyCtx) (*tls.Config, error) {
+// for the tunnel's host (the CONNECT host, or the checked SNI) from our CA.
+func (p *Proxy) tlsConfig(host string) (*tls.Config, error) {
 	h, _, err := splitTarget(host, "443")
 	if err != nil {
 		return nil, err

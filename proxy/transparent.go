@@ -11,9 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
-	"strings"
-	"sync"
 	"time"
 )
 
@@ -24,9 +21,11 @@ const peekTimeout = 15 * time.Second
 // ServeTransparentConn serves one connection that iptables redirected to
 // the proxy; origDst is where the sandbox meant to go. The proxy reads the
 // TLS server name (or, for plain HTTP, the Host header), checks that the
-// name resolves to origDst's address, and then intercepts the connection
-// like a CONNECT tunnel to name:origDst.Port(), dialling only origDst's
-// address. Such connections carry the "transparent" identity: every active
+// name resolves to origDst's address, and then serves the connection as a
+// tunnel to name:origDst.Port() with the code an accepted CONNECT ends in
+// (serveTunnel), dialling only origDst's address. goproxy is not involved:
+// no CONNECT is forged and nothing is written before the client's own
+// bytes are answered. Such connections carry the "transparent" identity: every active
 // API, logged under run id "transparent" (see TransparentLog).
 func (p *Proxy) ServeTransparentConn(conn net.Conn, origDst netip.AddrPort) {
 	tc := &trackedConn{Conn: conn, p: p}
@@ -81,23 +80,10 @@ func (p *Proxy) ServeTransparentConn(conn net.Conn, origDst netip.AddrPort) {
 		_ = tc.Close()
 		return
 	}
-	replay := &replayConn{Conn: tc, r: io.MultiReader(bytes.NewReader(rec.buf.Bytes()), br)}
-	hostport := net.JoinHostPort(host, fmt.Sprint(origDst.Port()))
-	ctx := context.WithValue(context.Background(), runKey, p.transparent)
-	ctx = context.WithValue(ctx, pinnedKey, []netip.Addr{origDst.Addr().Unmap()})
-	req := (&http.Request{
-		Method:     http.MethodConnect,
-		URL:        &url.URL{Host: hostport},
-		Host:       hostport,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     http.Header{},
-		RemoteAddr: conn.RemoteAddr().String(),
-	}).WithContext(ctx)
-	// goproxy answers a CONNECT with "200 OK" before it intercepts; the
-	// redirected client sent no CONNECT, so that line is swallowed.
-	p.gp.ServeHTTP(&hijackWriter{conn: replay}, req)
+	t := &target{run: p.transparent, host: host, port: fmt.Sprint(origDst.Port()), pinned: []netip.Addr{origDst.Addr().Unmap()}}
+	// The client sent no CONNECT, so none is answered: the tunnel starts
+	// with the bytes the peek read, then the rest of the connection.
+	p.serveTunnel(&prefixedConn{Conn: tc, r: io.MultiReader(bytes.NewReader(rec.buf.Bytes()), br)}, t)
 }
 
 // checkNameMatches refuses a server name that does not resolve to the
@@ -187,52 +173,3 @@ func (c readOnlyConn) SetReadDeadline(time.Time) error {
 	return nil
 }
 func (c readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
-
-// replayConn reads the peeked bytes first, then the connection; its first
-// write (goproxy's CONNECT reply) is swallowed.
-type replayConn struct {
-	net.Conn
-	r       io.Reader
-	mu      sync.Mutex
-	replied bool
-}
-
-func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *replayConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if !c.replied {
-		c.replied = true
-		c.mu.Unlock()
-		if bytes.HasPrefix(p, []byte("HTTP/1.")) {
-			return len(p), nil
-		}
-		return c.Conn.Write(p)
-	}
-	c.mu.Unlock()
-	return c.Conn.Write(p)
-}
-
-// hijackWriter hands goproxy the redirected connection as if it were a
-// hijacked CONNECT request.
-type hijackWriter struct {
-	conn   net.Conn
-	header http.Header
-}
-
-func (w *hijackWriter) Header() http.Header {
-	if w.header == nil {
-		w.header = http.Header{}
-	}
-	return w.header
-}
-
-func (w *hijackWriter) Write(p []byte) (int, error) { return w.conn.Write(p) }
-
-func (w *hijackWriter) WriteHeader(status int) {
-	_, _ = fmt.Fprintf(w.conn, "HTTP/1.1 %d %s\r\n\r\n", status, http.StatusText(status))
-}
-
-func (w *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return w.conn, bufio.NewReadWriter(bufio.NewReader(strings.NewReader("")), bufio.NewWriter(w.conn)), nil
-}

@@ -9,7 +9,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/elazarl/goproxy"
 )
 
 // transparentFront accepts connections the way transparent.Serve would and
@@ -106,5 +109,62 @@ func TestServeTransparentConn(t *testing.T) {
 	}
 	if injected != 1 {
 		t.Errorf("transparent log = %+v", log)
+	}
+}
+
+// TestTransparentIntakeBypassesGoproxy: a redirected connection goes
+// straight to the proxy's own tunnel code, never through goproxy's CONNECT
+// handling (a forged CONNECT would make transparent mode depend on what
+// goproxy writes and when). With goproxy's CONNECT handler replaced by one
+// that counts and refuses, transparent intake still works, over TLS and
+// plain HTTP, and the handler is never called; an explicit CONNECT does
+// reach it, so the count is live.
+func TestTransparentIntakeBypassesGoproxy(t *testing.T) {
+	t.Parallel()
+	var connects atomic.Int32
+	tp := startProxyWith(t, func(p *Proxy) {
+		gp := goproxy.NewProxyHttpServer()
+		gp.Logger = goproxyLogger{p}
+		gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+			connects.Add(1)
+			return goproxy.RejectConnect, host
+		})
+		p.gp = gp
+	})
+	echo := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "auth="+r.Header.Get("Authorization"))
+	}
+	up := newUpstream(t, echo)
+	plain := startUpstream(t, echo, false, testPKI(t).leaf)
+
+	for _, u := range []*upstream{up, plain} {
+		dst := netip.MustParseAddrPort(u.srv.Listener.Addr().String())
+		c := redirectedClient(t, tp, transparentFront(t, tp, dst))
+		want, header := "auth=", map[string]string(nil)
+		if u == up {
+			want, header = "auth=Bearer "+alphaSecret, map[string]string{"Authorization": "Bearer ALPHA_TOKEN"}
+		}
+		resp, body := do(t, c, "GET", u.url("api.test", "/t"), nil, header)
+		if resp.StatusCode != 200 || body != strings.ReplaceAll(want, alphaSecret, "ALPHA_TOKEN") {
+			t.Errorf("%s through transparent intake: %d %q", u.url("api.test", "/t"), resp.StatusCode, body)
+		}
+		if s := u.seen(); len(s) != 1 || "auth="+s[0].Header.Get("Authorization") != want {
+			t.Errorf("%s: upstream saw %+v", u.url("api.test", "/t"), s)
+		}
+	}
+	if n := connects.Load(); n != 0 {
+		t.Errorf("transparent intake went through goproxy's CONNECT handler %d times; want 0", n)
+	}
+	if n := len(tp.p.TransparentLog()); n != 2 {
+		t.Errorf("transparent log has %d entries, want 2: %+v", n, tp.p.TransparentLog())
+	}
+
+	_, c := tp.open(t)
+	if resp, err := c.Get(up.url("api.test", "/")); err == nil {
+		resp.Body.Close()
+		t.Errorf("explicit CONNECT with goproxy refusing: status %d, want a refused tunnel", resp.StatusCode)
+	}
+	if n := connects.Load(); n != 1 {
+		t.Errorf("an explicit CONNECT reached goproxy's CONNECT handler %d times; want 1 (the replacement is not in use)", n)
 	}
 }

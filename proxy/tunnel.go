@@ -28,26 +28,40 @@ const (
 	innerIdleTimeout   = 5 * time.Minute
 )
 
+// connectOK is the proxy's answer to a CONNECT it accepts. The proxy
+// writes it itself: with ConnectHijack, goproxy hands the connection over
+// without writing to it (TestGoproxyConnectContract checks that).
+const connectOK = "HTTP/1.1 200 OK\r\n\r\n"
+
 // hijackTunnel is the goproxy action for an accepted CONNECT: goproxy
 // hands over the client connection and the proxy serves it itself (see
-// serveTunnel), instead of goproxy's own interception loop, which reads
+// acceptTunnel), instead of goproxy's own interception loop, which reads
 // request heads without a limit and without a timeout.
 func (p *Proxy) hijackTunnel(t *target) *goproxy.ConnectAction {
 	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
-		p.serveTunnel(client, t)
+		p.acceptTunnel(client, t)
 	}}
 }
 
-// serveTunnel answers the CONNECT, intercepts TLS with a leaf for the
-// tunnel's host (or speaks plain HTTP when the client does), and serves
-// the requests inside with net/http's server: request heads capped at
-// maxHeaderBytes (431 beyond), a header timeout, an idle timeout. Each
-// request goes through serveRequest to the tunnel's own host.
-func (p *Proxy) serveTunnel(conn net.Conn, t *target) {
-	defer conn.Close()
-	if _, err := io.WriteString(conn, "HTTP/1.1 200 OK\r\n\r\n"); err != nil {
+// acceptTunnel answers an accepted CONNECT and serves the tunnel.
+func (p *Proxy) acceptTunnel(conn net.Conn, t *target) {
+	if _, err := io.WriteString(conn, connectOK); err != nil {
+		_ = conn.Close()
 		return
 	}
+	p.serveTunnel(conn, t)
+}
+
+// serveTunnel is where both ways in end: a CONNECT the proxy accepted
+// (acceptTunnel) and a connection iptables redirected to it
+// (ServeTransparentConn). It intercepts TLS with a leaf for the tunnel's
+// host (or speaks plain HTTP when the client does), and serves the
+// requests inside with net/http's server: request heads capped at
+// maxHeaderBytes (431 beyond), a header timeout, an idle timeout. Each
+// request goes through serveRequest to the tunnel's own host. It closes
+// conn when the tunnel is over.
+func (p *Proxy) serveTunnel(conn net.Conn, t *target) {
+	defer conn.Close()
 	_ = conn.SetReadDeadline(time.Now().Add(tunnelHandshakeTimeout))
 	var first [1]byte
 	if _, err := io.ReadFull(conn, first[:]); err != nil {
@@ -56,7 +70,7 @@ func (p *Proxy) serveTunnel(conn net.Conn, t *target) {
 	inner := net.Conn(&prefixedConn{Conn: conn, r: io.MultiReader(bytes.NewReader(first[:]), conn)})
 	scheme := "http"
 	if first[0] == 0x16 { // a TLS handshake record
-		cfg, err := p.tlsConfig(t.hostport(), nil)
+		cfg, err := p.tlsConfig(t.hostport())
 		if err != nil {
 			p.log.Info("tunnel", "run", t.run.id, "host", t.hostport(), "err", err.Error())
 			return
