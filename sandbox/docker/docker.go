@@ -35,6 +35,7 @@ import (
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
 	"github.com/codeforge/codeforge/sandbox/runpolicy"
+	"github.com/codeforge/codeforge/sandbox/warmpool"
 )
 
 // Defaults for Options and Request fields left zero.
@@ -128,7 +129,7 @@ type Runner struct {
 	readyMu sync.Mutex
 	readyAt time.Time
 
-	pool *pool
+	pool *warmpool.Pool[*stream]
 	bg   sync.WaitGroup // warm runs answered at their end line, until their exec ends
 }
 
@@ -198,7 +199,7 @@ func New(opts Options) (*Runner, error) {
 		probe:     opts.ProbeAddr,
 		log:       log.With("component", "sandbox", "backend", "docker"),
 	}
-	r.pool = &pool{r: r, size: opts.PoolSize}
+	r.pool = warmpool.New(opts.PoolSize, r.startWarm, r.log)
 	return r, nil
 }
 
@@ -206,7 +207,7 @@ func New(opts Options) (*Runner, error) {
 const MaxPoolSize = 32
 
 // WarmIdle reports how many warm execs wait for a run.
-func (r *Runner) WarmIdle() int { return r.pool.idle() }
+func (r *Runner) WarmIdle() int { return r.pool.Idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
@@ -217,7 +218,7 @@ func (r *Runner) Env() sandbox.Environment {
 // Runs in progress finish normally.
 func (r *Runner) Close() error {
 	r.closed.Store(true)
-	r.pool.close()
+	r.pool.Close()
 	r.bg.Wait()
 	return r.cli.Close()
 }
@@ -278,14 +279,14 @@ const (
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	res, err := r.run(ctx, req)
 	if err == nil {
-		r.pool.coldOK()
+		r.pool.ColdOK()
 	}
 	if err != nil && ctx.Err() == nil {
 		// The sandbox or the filter may be gone: /health and the next
 		// call must check again rather than trust an earlier success,
 		// and warm execs may belong to a sandbox that is gone.
 		r.forgetReady()
-		r.pool.flush()
+		r.pool.Flush()
 	}
 	if err == nil && r.probe != "" && res.ExitCode != 0 && !res.TimedOut && networkFailure(res.Stderr) {
 		// The code failed on a network error: if the sandbox cannot
@@ -337,8 +338,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	// A warm exec if one covers the run (its deno already started and
 	// waiting), else a new one.
 	var payload []byte
-	st := r.pool.take(warmKey(req, r.memoryMB))
-	warm := st != nil
+	st, warm := r.pool.Take(warmKey(req, r.memoryMB))
 	token := ""
 	if warm {
 		id = st.runID

@@ -99,136 +99,13 @@ func warmKey(req sandbox.Request, memoryMB int) runpolicy.Spec {
 		ReadPaths: slices.Clone(req.ReadPaths), MemoryMB: memoryMB}.Spec(true)
 }
 
-// pool keeps up to size warm execs (codeforge-run --warm: deno started
-// and waiting for its run) for the permissions it learns from the runs
-// it serves, like the local backend's: a run it cannot cover starts cold
-// and the pool is replaced by execs covering both. An exec whose stream
-// ended (the sandbox restarted) is dropped when found.
-type pool struct {
-	r    *Runner
-	size int
-
-	mu       sync.Mutex
-	key      *runpolicy.Spec
-	ready    []*stream
-	starting int
-	gen      int
-	closed   bool
-	fails    int
-	wg       sync.WaitGroup
-}
-
-const maxFails = 3
-
-func (p *pool) take(want runpolicy.Spec) *stream {
-	if p.size <= 0 {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	if p.key == nil {
-		p.replaceLocked(want)
-		return nil
-	}
-	if _, ok := runpolicy.Covers(*p.key, want); !ok {
-		p.replaceLocked(union(*p.key, want))
-		return nil
-	}
-	for len(p.ready) > 0 {
-		s := p.ready[0]
-		p.ready = p.ready[1:]
-		if _, ok := runpolicy.Covers(s.key, want); !ok || s.ended() {
-			s.close()
-			continue
-		}
-		p.refillLocked()
-		return s
-	}
-	p.refillLocked()
-	return nil
-}
-
-func union(a, b runpolicy.Spec) runpolicy.Spec {
-	if a.AllHosts != b.AllHosts {
-		return b
-	}
-	for _, h := range a.Hosts {
-		if !slices.Contains(b.Hosts, h) {
-			b.Hosts = append(b.Hosts, h)
-		}
-	}
-	for _, r := range a.ReadPaths {
-		if !slices.Contains(b.ReadPaths, r) {
-			b.ReadPaths = append(b.ReadPaths, r)
-		}
-	}
-	return b
-}
-
-func (p *pool) replaceLocked(key runpolicy.Spec) {
-	p.key = &key
-	p.gen++
-	p.fails = 0
-	for _, s := range p.ready {
-		s.close() // the wrapper sees EOF, ends its deno, removes its files
-	}
-	p.ready = nil
-	p.refillLocked()
-}
-
-// flush drops the warm execs (the sandbox may have been replaced).
-func (p *pool) flush() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.key != nil {
-		p.replaceLocked(*p.key)
-	}
-}
-
-func (p *pool) refillLocked() {
-	for !p.closed && p.key != nil && p.fails < maxFails && len(p.ready)+p.starting < p.size {
-		p.starting++
-		gen, key := p.gen, *p.key
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			s, err := p.r.startWarm(key)
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.starting--
-			switch {
-			case err != nil:
-				p.fails++
-				p.r.log.Warn("warm exec failed", "err", err, "failures", p.fails)
-			case p.closed || gen != p.gen:
-				s.close()
-			default:
-				p.fails = 0
-				p.ready = append(p.ready, s)
-			}
-		}()
-	}
-}
-
-func (p *pool) close() {
-	p.mu.Lock()
-	p.closed = true
-	for _, s := range p.ready {
-		s.close()
-	}
-	p.ready = nil
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *pool) idle() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.ready)
-}
+// Spec, Usable and Discard make a warm exec a warmpool.Item: one whose
+// stream ended (the sandbox restarted) is unusable; discarding it closes
+// its stream, and the wrapper, seeing EOF before a claim, ends its deno
+// and removes its files.
+func (s *stream) Spec() runpolicy.Spec { return s.key }
+func (s *stream) Usable() bool         { return !s.ended() }
+func (s *stream) Discard()             { s.close() }
 
 // startWarm opens a warm exec for key.
 func (r *Runner) startWarm(key runpolicy.Spec) (*stream, error) {
@@ -248,15 +125,4 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*stream, error) {
 	}
 	s.key = key
 	return s, nil
-}
-
-// coldOK tells the pool a cold run just worked: warm starts that failed
-// before (the sandbox was down) may be tried again.
-func (p *pool) coldOK() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.fails >= maxFails {
-		p.fails = 0
-		p.refillLocked()
-	}
 }

@@ -84,7 +84,7 @@ func TestFullScratch(t *testing.T) {
 				}
 			}
 			if pool > 0 {
-				r.pool.coldOK()
+				r.pool.ColdOK()
 			}
 			if res := run(t, r, sandbox.Request{Code: `console.log(2)`}); res.Stdout != "2\n" {
 				t.Errorf("with room again: %+v", res)

@@ -29,6 +29,7 @@ import (
 	"github.com/codeforge/codeforge/sandbox"
 	"github.com/codeforge/codeforge/sandbox/output"
 	"github.com/codeforge/codeforge/sandbox/runpolicy"
+	"github.com/codeforge/codeforge/sandbox/warmpool"
 	"github.com/codeforge/codeforge/settings"
 )
 
@@ -108,7 +109,7 @@ type Runner struct {
 	ready   bool
 	closed  atomic.Bool
 
-	pool *pool
+	pool *warmpool.Pool[*warmProc]
 	bg   sync.WaitGroup // removals of answered warm runs
 }
 
@@ -177,7 +178,7 @@ func New(opts Options) (*Runner, error) {
 		dataLimit:   uint64(memoryMB+extraMB) << 20,
 		log:         log.With("component", "sandbox", "backend", "local"),
 	}
-	r.pool = &pool{r: r, size: opts.PoolSize}
+	r.pool = warmpool.New(opts.PoolSize, r.startWarm, r.log)
 	return r, nil
 }
 
@@ -185,7 +186,7 @@ func New(opts Options) (*Runner, error) {
 const MaxPoolSize = 64
 
 // WarmIdle reports how many warm processes are waiting for a run.
-func (r *Runner) WarmIdle() int { return r.pool.idle() }
+func (r *Runner) WarmIdle() int { return r.pool.Idle() }
 
 // Env describes what runs see.
 func (r *Runner) Env() sandbox.Environment {
@@ -229,7 +230,7 @@ func (r *Runner) Ready(ctx context.Context) error {
 // progress finish normally.
 func (r *Runner) Close() error {
 	r.closed.Store(true)
-	r.pool.close()
+	r.pool.Close()
 	r.bg.Wait()
 	return nil
 }
@@ -279,7 +280,8 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		ProxyURL: req.ProxyURL,
 		CACert:   r.caCert,
 	}
-	if w, claim := r.pool.take(spec); w != nil {
+	if w, ok := r.pool.Take(warmKey(spec)); ok {
+		claim, _ := runpolicy.Covers(w.spec, spec) // the run's proxy, and what it may not have
 		res, err := r.runWarm(ctx, w, claim, req, maxOutput)
 		if !errors.Is(err, errWarmUnusable) {
 			return res, err
@@ -377,7 +379,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}
-	r.pool.coldOK()
+	r.pool.ColdOK()
 	return res, nil
 }
 

@@ -22,6 +22,7 @@ import (
 // warmProc is a deno started ahead of its run, blocked in the bootstrap
 // on its stdin (runpolicy.Bootstrap). It serves one run, then is gone.
 type warmProc struct {
+	r       *Runner
 	id      string
 	cmd     *exec.Cmd
 	spec    runpolicy.Spec // what it was started with (no proxy)
@@ -60,77 +61,12 @@ func (w *warmProc) exited() bool {
 	}
 }
 
-// pool keeps up to size warm processes for the warm spec, which it
-// learns from the runs it serves: a run the warm processes cannot serve
-// (a host or read path they were not started with, another CA) starts
-// cold, and the pool is replaced by processes whose permissions cover
-// both. What a warm process has beyond its run's needs, the claim
-// revokes before the run's code starts.
-type pool struct {
-	r    *Runner
-	size int
-
-	mu       sync.Mutex
-	key      *runpolicy.Spec
-	ready    []*warmProc
-	starting int
-	gen      int
-	closed   bool
-	fails    int // consecutive start failures; refills stop after maxFails
-	wg       sync.WaitGroup
-}
-
-// maxFails is how many warm starts in a row may fail before the pool
-// stops refilling until a run succeeds cold.
-const maxFails = 3
-
-// take returns a warm process that can serve want, and the claim that
-// narrows it to want; nil when there is none (the run starts cold).
-func (p *pool) take(want runpolicy.Spec) (*warmProc, runpolicy.Claim) {
-	if p.size <= 0 {
-		return nil, runpolicy.Claim{}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, runpolicy.Claim{}
-	}
-	key := warmKey(want)
-	if p.key != nil {
-		if _, ok := runpolicy.Covers(*p.key, key); !ok {
-			key = union(*p.key, key)
-			p.replaceLocked(&key)
-			return nil, runpolicy.Claim{}
-		}
-	} else {
-		p.replaceLocked(&key)
-		return nil, runpolicy.Claim{}
-	}
-	ca := stampCA(want.CACert)
-	for len(p.ready) > 0 {
-		w := p.ready[0]
-		p.ready = p.ready[1:]
-		if w.ca != ca {
-			// A new proxy CA: every warm process trusts the old one.
-			p.discardLocked(w)
-			p.replaceLocked(p.key)
-			return nil, runpolicy.Claim{}
-		}
-		if w.exited() {
-			p.discardLocked(w)
-			continue
-		}
-		claim, ok := runpolicy.Covers(w.spec, want)
-		if !ok {
-			p.discardLocked(w)
-			continue
-		}
-		p.refillLocked()
-		return w, claim
-	}
-	p.refillLocked()
-	return nil, runpolicy.Claim{}
-}
+// Spec, Usable and Discard make a warm process a warmpool.Item. One
+// started before the proxy's CA certificate changed is unusable: it
+// trusts the old one.
+func (w *warmProc) Spec() runpolicy.Spec { return w.spec }
+func (w *warmProc) Usable() bool         { return !w.exited() && w.ca == stampCA(w.spec.CACert) }
+func (w *warmProc) Discard()             { w.r.endWarm(w) }
 
 // warmKey is want without what belongs to one run.
 func warmKey(want runpolicy.Spec) runpolicy.Spec {
@@ -138,90 +74,6 @@ func warmKey(want runpolicy.Spec) runpolicy.Spec {
 	want.Hosts = slices.Clone(want.Hosts)
 	want.ReadPaths = slices.Clone(want.ReadPaths)
 	return want
-}
-
-// union is a spec whose permissions cover both a and b, which agree on
-// everything but hosts and read paths (or b wins).
-func union(a, b runpolicy.Spec) runpolicy.Spec {
-	if a.AllHosts != b.AllHosts || a.MemoryMB != b.MemoryMB || a.Skills != b.Skills || a.CACert != b.CACert {
-		return b
-	}
-	for _, h := range a.Hosts {
-		if !slices.Contains(b.Hosts, h) {
-			b.Hosts = append(b.Hosts, h)
-		}
-	}
-	for _, r := range a.ReadPaths {
-		if !slices.Contains(b.ReadPaths, r) {
-			b.ReadPaths = append(b.ReadPaths, r)
-		}
-	}
-	return b
-}
-
-// replaceLocked drops the warm processes and starts new ones for key.
-func (p *pool) replaceLocked(key *runpolicy.Spec) {
-	p.key = key
-	p.gen++
-	p.fails = 0
-	for _, w := range p.ready {
-		p.discardLocked(w)
-	}
-	p.ready = nil
-	p.refillLocked()
-}
-
-func (p *pool) refillLocked() {
-	for !p.closed && p.key != nil && p.fails < maxFails && len(p.ready)+p.starting < p.size {
-		p.starting++
-		gen, key := p.gen, *p.key
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			w, err := p.r.startWarm(key)
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.starting--
-			switch {
-			case err != nil:
-				p.fails++
-				p.r.log.Warn("warm start failed", "err", err, "failures", p.fails)
-			case p.closed || gen != p.gen:
-				p.discardLocked(w)
-			default:
-				p.fails = 0
-				p.ready = append(p.ready, w)
-			}
-		}()
-	}
-}
-
-// discardLocked kills w and removes its files in the background.
-func (p *pool) discardLocked(w *warmProc) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		p.r.endWarm(w)
-	}()
-}
-
-// close discards every warm process and waits until they are gone.
-func (p *pool) close() {
-	p.mu.Lock()
-	p.closed = true
-	for _, w := range p.ready {
-		p.discardLocked(w)
-	}
-	p.ready = nil
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-// idle reports how many warm processes wait for a run.
-func (p *pool) idle() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.ready)
 }
 
 // startWarm starts a deno for key in the bootstrap, blocked on stdin.
@@ -248,7 +100,7 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*warmProc, error) {
 			return fail(r.scratchError(f, err))
 		}
 	}
-	w := &warmProc{id: id, spec: spec, ca: stampCA(spec.CACert), done: make(chan struct{})}
+	w := &warmProc{r: r, id: id, spec: spec, ca: stampCA(spec.CACert), done: make(chan struct{})}
 	var inR, outW, errW *os.File
 	var pipeErr error
 	closeAll := func(fs ...*os.File) {
@@ -449,15 +301,4 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 		return nil, fmt.Errorf("warm sandbox refused the run: %s", strings.TrimPrefix(strings.TrimSpace(res.Stderr), runpolicy.MessagePrefix))
 	}
 	return res, nil
-}
-
-// coldOK tells the pool a cold run just worked: warm starts that failed
-// before (the sandbox was down) may be tried again.
-func (p *pool) coldOK() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.fails >= maxFails {
-		p.fails = 0
-		p.refillLocked()
-	}
 }

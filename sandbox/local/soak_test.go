@@ -107,14 +107,13 @@ func BenchmarkIdlePool(b *testing.B) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(time.Second)
-		r.pool.mu.Lock()
 		var rss, pss float64
-		for _, w := range r.pool.ready {
+		n := 0
+		r.pool.Each(func(w *warmProc) {
 			rss += procKB(w.cmd.Process.Pid, "status", "VmRSS:") / 1024
 			pss += procKB(w.cmd.Process.Pid, "smaps_rollup", "Pss:") / 1024
-		}
-		n := len(r.pool.ready)
-		r.pool.mu.Unlock()
+			n++
+		})
 		b.ReportMetric(float64(n), "warm-processes")
 		b.ReportMetric(rss, "idle-pool-rss-MB")
 		b.ReportMetric(pss, "idle-pool-pss-MB")

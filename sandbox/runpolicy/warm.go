@@ -122,6 +122,28 @@ func Covers(warm, run Spec) (Claim, bool) {
 	return c, true
 }
 
+// Union is a spec whose permissions cover both a and b, which must agree
+// on everything but hosts and read paths (else it is b): what a warm
+// process must be started with to serve the runs of both.
+func Union(a, b Spec) Spec {
+	if a.AllHosts != b.AllHosts || a.MemoryMB != b.MemoryMB || a.Skills != b.Skills || a.CACert != b.CACert {
+		return b
+	}
+	b.Hosts = slices.Clone(b.Hosts)
+	b.ReadPaths = slices.Clone(b.ReadPaths)
+	for _, h := range a.Hosts {
+		if !slices.Contains(b.Hosts, h) {
+			b.Hosts = append(b.Hosts, h)
+		}
+	}
+	for _, r := range a.ReadPaths {
+		if !slices.Contains(b.ReadPaths, r) {
+			b.ReadPaths = append(b.ReadPaths, r)
+		}
+	}
+	return b
+}
+
 // Line is c as the one line the bootstrap reads.
 func (c Claim) Line() ([]byte, error) {
 	b, err := json.Marshal(c)

@@ -1,0 +1,171 @@
+package warmpool
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/codeforge/codeforge/sandbox/runpolicy"
+)
+
+// item is a warm sandbox that is only bookkeeping: the pool's logic is
+// what is tested here; the backends' own tests drive real Deno processes
+// and Docker execs through it.
+type item struct {
+	spec      runpolicy.Spec
+	usable    atomic.Bool
+	discarded atomic.Bool
+}
+
+func (i *item) Spec() runpolicy.Spec { return i.spec }
+func (i *item) Usable() bool         { return i.usable.Load() }
+func (i *item) Discard()             { i.discarded.Store(true) }
+
+type starter struct {
+	mu      sync.Mutex
+	fail    bool
+	started []*item
+}
+
+func (s *starter) start(key runpolicy.Spec) (*item, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return nil, errors.New("sandbox down")
+	}
+	it := &item{spec: key}
+	it.usable.Store(true)
+	s.started = append(s.started, it)
+	return it, nil
+}
+
+func (s *starter) all() []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.started)
+}
+
+func waitIdle(t *testing.T, p *Pool[*item], n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Idle() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle = %d, want %d", p.Idle(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func spec(hosts ...string) runpolicy.Spec { return runpolicy.Spec{Hosts: hosts, MemoryMB: 512} }
+
+// TestPool: the first run starts cold and teaches the pool its
+// permissions; later runs take warm items, each once, covering them; a
+// run needing more starts cold and the pool is replaced by items
+// covering both; unusable items are discarded, never handed out; failed
+// starts stop after MaxFails until a cold run works; Close discards
+// everything.
+func TestPool(t *testing.T) {
+	s := &starter{}
+	p := New(2, s.start, nil)
+	if _, ok := p.Take(spec("a")); ok {
+		t.Fatal("the first take was warm: the pool cannot know what to warm for yet")
+	}
+	waitIdle(t, p, 2)
+	seen := map[*item]bool{}
+	for range 4 {
+		waitIdle(t, p, 2)
+		it, ok := p.Take(spec("a"))
+		if !ok || seen[it] || !slices.Equal(it.spec.Hosts, []string{"a"}) {
+			t.Fatalf("take = %+v, %v (seen before: %v)", it, ok, seen[it])
+		}
+		seen[it] = true
+	}
+	// A run that needs no network is covered (the claim revokes it).
+	if it, ok := p.Take(spec()); !ok {
+		t.Error("a run needing less than the warm items have was not served warm")
+	} else {
+		seen[it] = true
+	}
+	waitIdle(t, p, 2)
+	old := s.all()
+	if _, ok := p.Take(spec("b")); ok {
+		t.Fatal("a run needing a host the warm items lack was served warm")
+	}
+	waitIdle(t, p, 2)
+	for _, h := range [][]string{{"a"}, {"b"}, {"a", "b"}} {
+		waitIdle(t, p, 2)
+		it, ok := p.Take(spec(h...))
+		seen[it] = ok
+		if !ok || !slices.Equal(it.spec.Hosts, []string{"b", "a"}) {
+			t.Errorf("after the union, take(%v) = %+v, %v", h, it, ok)
+		}
+	}
+	for _, it := range old {
+		if !seen[it] && !it.discarded.Load() && it.spec.Hosts[0] == "a" && len(it.spec.Hosts) == 1 {
+			// An idle item of the old permissions must have been discarded.
+			t.Errorf("item %p of the old permissions neither used nor discarded", it)
+		}
+	}
+
+	// Unusable items are discarded, not handed out.
+	waitIdle(t, p, 2)
+	p.Each(func(it *item) { it.usable.Store(false) })
+	if _, ok := p.Take(spec("a")); ok {
+		t.Error("an unusable item was handed out")
+	}
+
+	// Starts that fail stop after MaxFails; a cold run that works resumes them.
+	s.mu.Lock()
+	s.fail = true
+	s.mu.Unlock()
+	before := len(s.all())
+	for range 2 * MaxFails {
+		p.Take(spec("a"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(s.all()) != before || p.Idle() != 0 {
+		t.Errorf("items appeared while every start failed")
+	}
+	s.mu.Lock()
+	s.fail = false
+	s.mu.Unlock()
+	p.Take(spec("a")) // MaxFails failed: no new start
+	time.Sleep(50 * time.Millisecond)
+	if p.Idle() != 0 {
+		t.Errorf("the pool went on starting after %d failures", MaxFails)
+	}
+	p.ColdOK()
+	waitIdle(t, p, 2)
+	if it, ok := p.Take(spec("a")); ok {
+		seen[it] = true
+	}
+
+	p.Close()
+	if _, ok := p.Take(spec("a")); ok {
+		t.Error("a closed pool handed out an item")
+	}
+	for _, it := range s.all() {
+		if !seen[it] && it.usable.Load() && !it.discarded.Load() {
+			t.Errorf("item %p neither taken nor discarded after Close", it)
+		}
+	}
+}
+
+// TestPoolSizeZero: a pool of size 0 never starts anything.
+func TestPoolSizeZero(t *testing.T) {
+	s := &starter{}
+	p := New(0, s.start, nil)
+	for range 3 {
+		if _, ok := p.Take(spec("a")); ok {
+			t.Fatal("a pool of size 0 served a run warm")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if len(s.all()) != 0 {
+		t.Errorf("a pool of size 0 started %d items", len(s.all()))
+	}
+	p.Close()
+}
