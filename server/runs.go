@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/codeforge/codeforge/internal/strictjson"
 	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 )
@@ -143,12 +144,12 @@ func (s *Server) unsubscribe(context.Context, *mcp.UnsubscribeRequest) error { r
 // runIDArg reads the required id argument.
 func runIDArg(fields map[string]json.RawMessage) (string, error) {
 	raw, ok := fields["id"]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return "", errors.New("id is required: pass the run's id, as execute_code or list_runs returned it")
 	}
 	var id string
 	if raw[0] != '"' || json.Unmarshal(raw, &id) != nil {
-		return "", fmt.Errorf("id must be a string, got %s", jsonKind(raw))
+		return "", fmt.Errorf("id must be a string, got %s", strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	return id, runs.CheckID(id)
 }
@@ -156,12 +157,12 @@ func runIDArg(fields map[string]json.RawMessage) (string, error) {
 // intArg reads an optional whole-number argument in [lo, hi].
 func intArg(fields map[string]json.RawMessage, name string, def, lo, hi int64) (int64, error) {
 	raw, ok := fields[name]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return def, nil
 	}
 	var f float64
 	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' || json.Unmarshal(raw, &f) != nil {
-		return 0, fmt.Errorf("%s must be a whole number, got %s", name, jsonKind(raw))
+		return 0, fmt.Errorf("%s must be a whole number, got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	if f != math.Trunc(f) || math.IsInf(f, 0) {
 		return 0, fmt.Errorf("%s must be a whole number, got %s", name, truncate(string(raw), 40))
@@ -178,12 +179,12 @@ func intArg(fields map[string]json.RawMessage, name string, def, lo, hi int64) (
 // stringArg reads an optional string argument.
 func stringArg(fields map[string]json.RawMessage, name string) (string, bool, error) {
 	raw, ok := fields[name]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return "", false, nil
 	}
 	var v string
 	if raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
-		return "", false, fmt.Errorf("%s must be a string, got %s", name, jsonKind(raw))
+		return "", false, fmt.Errorf("%s must be a string, got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	return v, true, nil
 }
@@ -385,7 +386,7 @@ func (s *Server) runWait(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		return toolError("run_wait: %v", err), nil
 	}
 	wait := defaultWait
-	if raw, ok := fields["timeout"]; ok && !isNull(raw) {
+	if raw, ok := fields["timeout"]; ok && !strictjson.IsNull(raw) {
 		if wait, err = parseSeconds(raw, "timeout", defaultWait, s.opts.MaxWait); err != nil {
 			return toolError("run_wait: %v", err), nil
 		}
@@ -454,7 +455,7 @@ func parseSeconds(raw json.RawMessage, name string, def, max time.Duration) (tim
 	var sec float64
 	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' || json.Unmarshal(raw, &sec) != nil ||
 		math.IsNaN(sec) || math.IsInf(sec, 0) {
-		return 0, fmt.Errorf("%s must be a number of seconds (e.g. 30), got %s", name, jsonKind(raw))
+		return 0, fmt.Errorf("%s must be a number of seconds (e.g. 30), got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	switch {
 	case sec <= 0:
