@@ -25,8 +25,8 @@ func object(p props, required ...string) *jsonschema.Schema {
 	return &jsonschema.Schema{Type: "object", Properties: p, Required: required}
 }
 
-// described sets s's description and returns s.
-func described(s *jsonschema.Schema, description string) *jsonschema.Schema {
+// withDescription sets s's description and returns s.
+func withDescription(s *jsonschema.Schema, description string) *jsonschema.Schema {
 	s.Description = description
 	return s
 }

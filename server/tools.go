@@ -130,7 +130,7 @@ func netEntrySchema() *jsonschema.Schema {
 }
 
 func executeOutputSchema() *jsonschema.Schema {
-	return described(object(props{
+	return withDescription(object(props{
 		"run_id":        str("The run's id, for run_status, run_wait, run_output, cancel_run and run://{id}."),
 		"state":         str("queued or running for a background run just started; else how it ended: succeeded, failed, timed_out."),
 		"exit_code":     integer("Exit status of the Deno process (non-zero: it failed)."),
