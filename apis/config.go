@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/codeforge/codeforge/internal/strictjson"
 )
 
 // Config is the on-disk form of apis/<name>/config.json. It is decoded
@@ -100,9 +102,6 @@ type Config struct {
 // maxConfigSize caps config.json; real ones are a few hundred bytes.
 const maxConfigSize = 1 << 20
 
-// maxJSONDepth bounds nesting while skipping values of unknown fields.
-const maxJSONDepth = 64
-
 var (
 	apiNameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	tokenNameRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]{3,127}$`)
@@ -177,9 +176,9 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 		// altering a secret without a word.
 		return nil, fmt.Errorf("%s: not valid UTF-8; save the file as UTF-8", file)
 	}
-	if err := checkShape(fe, data); err != nil {
+	if err := checkShape(fe, strictjson.NewReader(data)); err != nil {
 		// A syntax error ends the walk; report it alone with what came before.
-		fe.errs = append(fe.errs, err)
+		fe.errs = append(fe.errs, syntaxError(file, err))
 		return nil, fe.err()
 	}
 	if len(fe.errs) > 0 {
@@ -198,170 +197,146 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 	return &c, nil
 }
 
+// syntaxError words a strictjson.Reader error for a config file.
+func syntaxError(file string, err error) error {
+	switch {
+	case errors.Is(err, strictjson.ErrEmpty):
+		return fmt.Errorf("%s: file is empty; want a JSON object such as {\"domains\": [\"api.example.com\"]}", file)
+	case errors.Is(err, strictjson.ErrUnexpectedEnd), err == io.EOF:
+		return fmt.Errorf("%s: invalid JSON: unexpected end of file (unclosed object, array or string?)", file)
+	}
+	return fmt.Errorf("%s: %w", file, err) // "invalid JSON at line L, column C: …"
+}
+
 // checkShape walks the JSON tokens of a config file. It records field
 // problems in fe and returns a non-nil error only for a syntax error, after
 // which the walk cannot go on.
-func checkShape(fe *fileErrors, data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	// next is the position of the token the decoder reads next.
-	next := func() jsonPos { return jsonPos{data, nextTokenOffset(data, dec.InputOffset()) + 1} }
-	syntax := func(err error) error {
-		switch {
-		case err == io.EOF && len(bytes.TrimSpace(data)) == 0:
-			return fmt.Errorf("%s: file is empty; want a JSON object such as {\"domains\": [\"api.example.com\"]}", fe.file)
-		case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
-			return fmt.Errorf("%s: invalid JSON: unexpected end of file (unclosed object, array or string?)", fe.file)
-		}
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			// Unmarshal scans the whole input first and so reports the
-			// exact offset (the Decoder's can lag behind).
-			var full *json.SyntaxError
-			if errors.As(json.Unmarshal(data, new(any)), &full) {
-				se = full
-			}
-			return fmt.Errorf("%s: invalid JSON at %s: %v", fe.file, position(data, se.Offset), se)
-		}
-		return fmt.Errorf("%s: invalid JSON at %s: %v", fe.file, next(), err)
-	}
-
-	tok, err := dec.Token()
+func checkShape(fe *fileErrors, r *strictjson.Reader) error {
+	tok, err := r.Next()
 	if err != nil {
-		return syntax(err)
+		return err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fmt.Errorf("%s: want a JSON object at the top level, got %s", fe.file, describe(tok))
+	if tok.Value != json.Delim('{') {
+		return fmt.Errorf("want a JSON object at the top level, got %s", strictjson.Kind(tok.Raw, strictjson.TypeOnly))
 	}
-	seen := map[string]jsonPos{}
-	for dec.More() {
-		where := next()
-		tok, err := dec.Token()
+	seen := map[string]strictjson.Pos{}
+	for r.More() {
+		keyTok, err := r.Next()
 		if err != nil {
-			return syntax(err)
+			return err
 		}
-		key := tok.(string) // Token guarantees object keys are strings.
+		key := keyTok.Value.(string) // Token guarantees object keys are strings.
 		if prev, dup := seen[key]; dup {
-			fe.add("%s: duplicate key at %s (first at %s); keep one", key, where, prev)
+			fe.add("%s: duplicate key at %s (first at %s); keep one", key, keyTok.Pos, prev)
 		}
-		seen[key] = where
+		seen[key] = keyTok.Pos
 		kind, known := fieldKindOf(key)
 		if !known {
-			fe.add("unknown field %q at %s%s; known fields: %s", key, where, didYouMean(key), knownFields())
+			fe.add("unknown field %q at %s%s; known fields: %s", key, keyTok.Pos, didYouMean(key), knownFields())
 		}
-		valuePos := next()
-		tok, err = dec.Token()
+		tok, err := r.Next()
 		if err != nil {
-			return syntax(err)
+			return err
 		}
 		if !known {
-			if err := skipValue(dec, tok); err != nil {
-				return syntax(err)
+			if err := r.Skip(tok); err != nil {
+				return err
 			}
 			continue
 		}
-		if err := checkField(fe, dec, key, kind, tok, valuePos, next); err != nil {
-			return syntax(err)
+		if err := checkField(fe, r, key, kind, tok); err != nil {
+			return err
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return syntax(err)
+	if _, err := r.Next(); err != nil { // the closing '}'
+		return err
 	}
-	trailing := next()
-	if tok, err := dec.Token(); err != io.EOF {
-		if err != nil {
-			return syntax(err)
-		}
-		return fmt.Errorf("%s: trailing data after the JSON object at %s (%s); a config file holds exactly one object", fe.file, trailing, describe(tok))
+	switch tok, err := r.Next(); {
+	case err == io.EOF:
+		return nil
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("trailing data after the JSON object at %s (%s); a config file holds exactly one object",
+			tok.Pos, strictjson.Kind(tok.Raw, strictjson.TypeOnly))
 	}
-	return nil
 }
 
-// checkField checks one known field's value, whose first token is tok,
-// found at pos; next gives the position of the decoder's next token.
-func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, tok json.Token, pos jsonPos, next func() jsonPos) error {
-	mismatch := func(field, want string, tok json.Token, pos jsonPos) {
-		if tok == nil {
-			fe.add("%s: null at %s; want %s (leave the field out to use its default)", field, pos, want)
-			return
+// checkField checks one known field's value, whose first token is tok.
+// Messages name a value's type but never quote it: it may be a secret.
+func checkField(fe *fileErrors, r *strictjson.Reader, key string, kind fieldKind, tok strictjson.Token) error {
+	// mismatch records a value of the wrong type and skips it.
+	mismatch := func(field, want string, tok strictjson.Token) error {
+		if strictjson.IsNull(tok.Raw) {
+			fe.add("%s: null at %s; want %s (leave the field out to use its default)", field, tok.Pos, want)
+		} else {
+			fe.add("%s: want %s, got %s at %s", field, want, strictjson.Kind(tok.Raw, strictjson.TypeOnly), tok.Pos)
 		}
-		fe.add("%s: want %s, got %s at %s", field, want, describe(tok), pos)
+		return r.Skip(tok)
 	}
 	switch kind {
 	case kindString:
-		if _, ok := tok.(string); !ok {
-			mismatch(key, kind.String(), tok, pos)
-			return skipValue(dec, tok)
+		if _, ok := tok.Value.(string); !ok {
+			return mismatch(key, kind.String(), tok)
 		}
 	case kindBool:
-		if _, ok := tok.(bool); !ok {
-			mismatch(key, kind.String(), tok, pos)
-			return skipValue(dec, tok)
+		if _, ok := tok.Value.(bool); !ok {
+			return mismatch(key, kind.String(), tok)
 		}
 	case kindStringList, kindPortList:
-		if d, ok := tok.(json.Delim); !ok || d != '[' {
-			mismatch(key, kind.String(), tok, pos)
-			return skipValue(dec, tok)
+		if tok.Value != json.Delim('[') {
+			return mismatch(key, kind.String(), tok)
 		}
-		for i := 0; dec.More(); i++ {
-			elPos := next()
-			el, err := dec.Token()
+		for i := 0; r.More(); i++ {
+			el, err := r.Next()
 			if err != nil {
 				return err
 			}
+			field := fmt.Sprintf("%s[%d]", key, i)
 			if kind == kindPortList {
-				if n, ok := el.(json.Number); !ok || !isPort(n) {
-					if ok {
-						fe.add("%s[%d]: %s at %s is not a TCP port; want a whole number from 1 to 65535, e.g. 443", key, i, n, elPos)
-					} else {
-						mismatch(fmt.Sprintf("%s[%d]", key, i), "a port number", el, elPos)
-					}
-					if err := skipValue(dec, el); err != nil {
-						return err
-					}
+				n, ok := el.Value.(json.Number)
+				switch {
+				case !ok:
+					err = mismatch(field, "a port number", el)
+				case !isPort(n):
+					fe.add("%s: %s at %s is not a TCP port; want a whole number from 1 to 65535, e.g. 443", field, n, el.Pos)
 				}
-				continue
+			} else if _, ok := el.Value.(string); !ok {
+				err = mismatch(field, "a string", el)
 			}
-			if _, ok := el.(string); !ok {
-				mismatch(fmt.Sprintf("%s[%d]", key, i), "a string", el, elPos)
-				if err := skipValue(dec, el); err != nil {
-					return err
-				}
+			if err != nil {
+				return err
 			}
 		}
-		_, err := dec.Token() // ']'
+		_, err := r.Next() // ']'
 		return err
 	case kindStringMap:
-		if d, ok := tok.(json.Delim); !ok || d != '{' {
-			mismatch(key, kind.String(), tok, pos)
-			return skipValue(dec, tok)
+		if tok.Value != json.Delim('{') {
+			return mismatch(key, kind.String(), tok)
 		}
-		seen := map[string]jsonPos{}
-		for dec.More() {
-			keyPos := next()
-			k, err := dec.Token()
+		seen := map[string]strictjson.Pos{}
+		for r.More() {
+			k, err := r.Next()
 			if err != nil {
 				return err
 			}
-			name := k.(string)
+			name := k.Value.(string)
 			field := key + "." + name
 			if prev, dup := seen[name]; dup {
-				fe.add("%s: duplicate key at %s (first at %s); each token name may appear once", field, keyPos, prev)
+				fe.add("%s: duplicate key at %s (first at %s); each token name may appear once", field, k.Pos, prev)
 			}
-			seen[name] = keyPos
-			vPos := next()
-			v, err := dec.Token()
+			seen[name] = k.Pos
+			v, err := r.Next()
 			if err != nil {
 				return err
 			}
-			if _, ok := v.(string); !ok {
-				mismatch(field, "a string", v, vPos)
-				if err := skipValue(dec, v); err != nil {
+			if _, ok := v.Value.(string); !ok {
+				if err := mismatch(field, "a string", v); err != nil {
 					return err
 				}
 			}
 		}
-		_, err := dec.Token() // '}'
+		_, err := r.Next() // '}'
 		return err
 	}
 	return nil
@@ -371,31 +346,6 @@ func checkField(fe *fileErrors, dec *json.Decoder, key string, kind fieldKind, t
 func isPort(n json.Number) bool {
 	v, err := strconv.Atoi(n.String())
 	return err == nil && v >= 1 && v <= 65535
-}
-
-// skipValue consumes the rest of a value whose first token is tok.
-func skipValue(dec *json.Decoder, tok json.Token) error {
-	d, ok := tok.(json.Delim)
-	if !ok || d == ']' || d == '}' {
-		return nil
-	}
-	for depth := 1; depth > 0; {
-		if depth > maxJSONDepth {
-			return fmt.Errorf("nesting deeper than %d levels", maxJSONDepth)
-		}
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if d, ok := t.(json.Delim); ok {
-			if d == '[' || d == '{' {
-				depth++
-			} else {
-				depth--
-			}
-		}
-	}
-	return nil
 }
 
 func fieldKindOf(name string) (fieldKind, bool) {
@@ -426,55 +376,6 @@ func didYouMean(key string) string {
 		}
 	}
 	return ""
-}
-
-// describe names a JSON token's kind for an error message.
-func describe(tok json.Token) string {
-	switch v := tok.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case json.Number, float64:
-		return "a number"
-	case string:
-		return "a string"
-	case json.Delim:
-		if v == '[' {
-			return "an array"
-		}
-		return "an object"
-	}
-	return fmt.Sprintf("%T", tok)
-}
-
-// nextTokenOffset skips white space and the ',' or ':' separators the
-// Decoder leaves unread after a token.
-func nextTokenOffset(data []byte, off int64) int64 {
-	for off < int64(len(data)) && strings.IndexByte(" \t\r\n,:", data[off]) >= 0 {
-		off++
-	}
-	return off
-}
-
-// jsonPos is a place in a config file, formatted as "line L, column C"
-// only when a message needs it (counting lines for every token would make
-// decoding quadratic in the file's size).
-type jsonPos struct {
-	data []byte
-	off  int64
-}
-
-func (p jsonPos) String() string { return position(p.data, p.off) }
-
-// position turns a byte count into "line L, column C" of the last byte
-// counted (1-based), so position(data, off+1) is where data[off] is.
-func position(data []byte, off int64) string {
-	off = min(max(off, 0), int64(len(data)))
-	before := data[:off]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := len(before) - bytes.LastIndexByte(before, '\n') - 1
-	return fmt.Sprintf("line %d, column %d", line, col)
 }
 
 // validate checks a decoded config and turns it into an API (without the

@@ -137,7 +137,7 @@ func (f *Filter) execStart(w http.ResponseWriter, r *http.Request, rt route) {
 			}
 		}
 	}
-	if raw, ok := fields["ConsoleSize"]; ok && !isNull(raw) {
+	if raw, ok := fields["ConsoleSize"]; ok && !strictjson.IsNull(raw) {
 		f.refuse(w, r, deny("exec start refused: ConsoleSize is only for TTYs, which are not allowed"))
 		return
 	}
@@ -224,7 +224,7 @@ func (f *Filter) buildExecCreate(body []byte) (*execCreateRequest, *denial) {
 			return nil, deny("exec create refused: %s must be empty", k)
 		}
 	}
-	if raw, ok := fields["ConsoleSize"]; ok && !isNull(raw) {
+	if raw, ok := fields["ConsoleSize"]; ok && !strictjson.IsNull(raw) {
 		return nil, deny("exec create refused: ConsoleSize is only for TTYs, which are not allowed")
 	}
 	cmd, d := decodeStrings("Cmd", fields["Cmd"])
@@ -320,8 +320,6 @@ func decodeObject(body []byte, allowed []string) (map[string]json.RawMessage, *d
 	}
 }
 
-func isNull(raw json.RawMessage) bool { return strictjson.IsNull(raw) }
-
 // decodeBool accepts only the JSON literals true and false.
 func decodeBool(key string, raw json.RawMessage) (bool, *denial) {
 	switch string(bytes.TrimSpace(raw)) {
@@ -336,7 +334,7 @@ func decodeBool(key string, raw json.RawMessage) (bool, *denial) {
 // decodeString accepts a JSON string (null is refused).
 func decodeString(key string, raw json.RawMessage) (string, *denial) {
 	var s string
-	if isNull(raw) || json.Unmarshal(raw, &s) != nil {
+	if strictjson.IsNull(raw) || json.Unmarshal(raw, &s) != nil {
 		return "", deny("request body refused: %s must be a string", key)
 	}
 	return s, nil
@@ -344,7 +342,7 @@ func decodeString(key string, raw json.RawMessage) (string, *denial) {
 
 // decodeStrings accepts null (or a missing field) or an array of strings.
 func decodeStrings(key string, raw json.RawMessage) ([]string, *denial) {
-	if raw == nil || isNull(raw) {
+	if raw == nil || strictjson.IsNull(raw) {
 		return nil, nil
 	}
 	var items []json.RawMessage

@@ -36,11 +36,11 @@ func (s *Server) parseExecuteArgs(raw json.RawMessage) (executeArgs, error) {
 	}
 
 	rawCode, ok := fields["code"]
-	if !ok || isNull(rawCode) {
+	if !ok || strictjson.IsNull(rawCode) {
 		return args, errors.New("code is required: pass the TypeScript to run as the \"code\" argument")
 	}
 	if rawCode[0] != '"' {
-		return args, fmt.Errorf("code must be a string of TypeScript, got %s", jsonKind(rawCode))
+		return args, fmt.Errorf("code must be a string of TypeScript, got %s", strictjson.Kind(rawCode, strictjson.ShortValue))
 	}
 	if !utf8.Valid(rawCode) || hasLoneSurrogate(rawCode) {
 		return args, errors.New("code is not valid UTF-8 text: send the source as UTF-8")
@@ -59,7 +59,7 @@ func (s *Server) parseExecuteArgs(raw json.RawMessage) (executeArgs, error) {
 		return args, fmt.Errorf("code contains a NUL byte at offset %d: remove it", i)
 	}
 
-	if rawTimeout, ok := fields["timeout"]; ok && !isNull(rawTimeout) {
+	if rawTimeout, ok := fields["timeout"]; ok && !strictjson.IsNull(rawTimeout) {
 		t, err := s.parseTimeout(rawTimeout)
 		if err != nil {
 			return args, err
@@ -67,9 +67,9 @@ func (s *Server) parseExecuteArgs(raw json.RawMessage) (executeArgs, error) {
 		args.Timeout = t
 	}
 
-	if rawAPIs, ok := fields["apis"]; ok && !isNull(rawAPIs) {
+	if rawAPIs, ok := fields["apis"]; ok && !strictjson.IsNull(rawAPIs) {
 		if err := json.Unmarshal(rawAPIs, &args.APIs); err != nil || rawAPIs[0] != '[' {
-			return args, fmt.Errorf("apis must be a list of API names such as [\"github\"], got %s", jsonKind(rawAPIs))
+			return args, fmt.Errorf("apis must be a list of API names such as [\"github\"], got %s", strictjson.Kind(rawAPIs, strictjson.ShortValue))
 		}
 		args.APIsGiven = true
 	}
@@ -88,7 +88,7 @@ func (s *Server) parseExecuteArgs(raw json.RawMessage) (executeArgs, error) {
 // parseBool reads an optional boolean field (false when absent or null).
 func parseBool(fields map[string]json.RawMessage, name string) (bool, error) {
 	raw, ok := fields[name]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return false, nil
 	}
 	switch string(raw) {
@@ -97,14 +97,14 @@ func parseBool(fields map[string]json.RawMessage, name string) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, fmt.Errorf("%s must be true or false, got %s", name, jsonKind(raw))
+	return false, fmt.Errorf("%s must be true or false, got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 }
 
 func (s *Server) parseTimeout(raw json.RawMessage) (time.Duration, error) {
 	maxSec := s.opts.MaxTimeout.Seconds()
 	var sec float64
 	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
-		return 0, fmt.Errorf("timeout must be a number of seconds (e.g. 30), got %s", jsonKind(raw))
+		return 0, fmt.Errorf("timeout must be a number of seconds (e.g. 30), got %s", strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	if err := json.Unmarshal(raw, &sec); err != nil || math.IsNaN(sec) || math.IsInf(sec, 0) {
 		return 0, fmt.Errorf("timeout must be a number of seconds (e.g. 30), got %s", truncate(string(raw), 40))
@@ -130,11 +130,11 @@ func parseStringArgs(raw json.RawMessage, names ...string) (map[string]string, e
 	out := make(map[string]string, len(names))
 	for _, n := range names {
 		v, ok := fields[n]
-		if !ok || isNull(v) {
+		if !ok || strictjson.IsNull(v) {
 			return nil, fmt.Errorf("%s is required", n)
 		}
 		if v[0] != '"' {
-			return nil, fmt.Errorf("%s must be a string, got %s", n, jsonKind(v))
+			return nil, fmt.Errorf("%s must be a string, got %s", n, strictjson.Kind(v, strictjson.ShortValue))
 		}
 		if !utf8.Valid(v) || hasLoneSurrogate(v) {
 			return nil, fmt.Errorf("%s is not valid UTF-8 text", n)
@@ -153,7 +153,7 @@ func parseStringArgs(raw json.RawMessage, names ...string) (map[string]string, e
 // given twice (internal/strictjson).
 func objectFields(raw json.RawMessage, allowed ...string) (map[string]json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || isNull(raw) {
+	if len(raw) == 0 || strictjson.IsNull(raw) {
 		return map[string]json.RawMessage{}, nil
 	}
 	fields, err := strictjson.Object(raw, allowed)
@@ -169,13 +169,9 @@ func objectFields(raw json.RawMessage, allowed ...string) (map[string]json.RawMe
 	case errors.As(err, &dup):
 		return nil, fmt.Errorf("argument %q is given twice: give it once", dup.Field)
 	default:
-		return nil, fmt.Errorf("arguments must be a JSON object, got %s", jsonKind(raw))
+		return nil, fmt.Errorf("arguments must be a JSON object, got %s", strictjson.Kind(raw, strictjson.ShortValue))
 	}
 }
-
-func isNull(raw json.RawMessage) bool { return strictjson.IsNull(raw) }
-
-func jsonKind(raw json.RawMessage) string { return strictjson.Kind(raw) }
 
 // hasLoneSurrogate reports whether a JSON string literal holds a \uD800–
 // \uDFFF escape that is not part of a valid pair; Go's decoder would turn

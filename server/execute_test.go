@@ -167,7 +167,7 @@ func TestExecuteBadInput(t *testing.T) {
 		{"timeout negative", `{"code": "console.log(1)", "timeout": -5}`, []string{"timeout must be more than 0 seconds, got -5"}},
 		{"timeout string", `{"code": "console.log(1)", "timeout": "5"}`, []string{"timeout must be a number of seconds", `the string "5"`}},
 		{"timeout boolean", `{"code": "console.log(1)", "timeout": true}`, []string{"timeout must be a number of seconds", "boolean true"}},
-		{"timeout list", `{"code": "console.log(1)", "timeout": [5]}`, []string{"timeout must be a number of seconds", "a list"}},
+		{"timeout list", `{"code": "console.log(1)", "timeout": [5]}`, []string{"timeout must be a number of seconds", "an array"}},
 		{"timeout out of float range", `{"code": "console.log(1)", "timeout": 1e400}`, []string{"timeout must be a number of seconds", "1e400"}},
 		{"timeout over the maximum", `{"code": "console.log(1)", "timeout": 301}`, []string{"timeout 301s is over the maximum of 300s"}},
 		{"unknown API", `{"code": "console.log(1)", "apis": ["alpha", "nope"]}`, []string{`unknown API "nope"`, "valid: alpha, beta"}},

@@ -11,8 +11,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/codeforge/codeforge/internal/strictjson"
 	"github.com/codeforge/codeforge/proxy/gate"
 	"github.com/codeforge/codeforge/runs"
 )
@@ -49,15 +51,14 @@ func runURI(id string) string           { return runScheme + id }
 func runFileURI(id, name string) string { return runScheme + id + "/files/" + name }
 
 func (s *Server) addRunFeatures() {
-	idSchema := `{"type":"string","pattern":"^[0-9a-f]{16}$","description":"The run's id, as execute_code and list_runs return it."}`
 	s.mcp.AddTool(&mcp.Tool{
 		Name:  toolRunStatus,
 		Title: "Status of a run",
 		Description: "Show where a run is: state (queued, running, succeeded, failed, timed_out, cancelled, interrupted), " +
 			"start and end times, exit code, output sizes, the last lines of stdout and stderr, the network log so far, its files, " +
 			"and until when it is kept.",
-		InputSchema:  json.RawMessage(`{"type":"object","properties":{"id":` + idSchema + `},"required":["id"],"additionalProperties":false}`),
-		OutputSchema: json.RawMessage(runStatusSchema),
+		InputSchema:  argsSchema(props{"id": runIDSchema()}, "id"),
+		OutputSchema: runStatusSchema(),
 		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.runStatus)
 	s.mcp.AddTool(&mcp.Tool{
@@ -65,10 +66,11 @@ func (s *Server) addRunFeatures() {
 		Title: "Wait for a run",
 		Description: "Wait up to timeout seconds for a run to end. When it ends, the result is exactly what execute_code would have returned; " +
 			"if it is still going, its status (call run_wait again). Sends progress notifications while it waits.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"id":` + idSchema + `,` +
-			`"timeout":{"type":"number","exclusiveMinimum":0,"maximum":` + formatSeconds(s.opts.MaxWait.Seconds()) +
-			`,"description":"Seconds to wait at most. Default ` + formatSeconds(defaultWait.Seconds()) + `, at most ` + formatSeconds(s.opts.MaxWait.Seconds()) + `."}` +
-			`},"required":["id"],"additionalProperties":false}`),
+		InputSchema: argsSchema(props{
+			"id": runIDSchema(),
+			"timeout": seconds(fmt.Sprintf("Seconds to wait at most. Default %s, at most %s.",
+				formatSeconds(defaultWait.Seconds()), formatSeconds(s.opts.MaxWait.Seconds())), s.opts.MaxWait.Seconds()),
+		}, "id"),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.runWait)
 	s.mcp.AddTool(&mcp.Tool{
@@ -76,20 +78,21 @@ func (s *Server) addRunFeatures() {
 		Title: "Read a run's output",
 		Description: "Page through the stdout or stderr of a run, running or ended: limit bytes from offset. " +
 			"next_offset is where the next page starts; eof says the page reached what the run has printed so far, final that it will print no more.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"id":` + idSchema + `,` +
-			`"stream":{"type":"string","enum":["stdout","stderr"],"description":"Which stream. Default stdout."},` +
-			`"offset":{"type":"integer","minimum":0,"description":"Byte offset to start at. Default 0."},` +
-			`"limit":{"type":"integer","minimum":1,"maximum":` + fmt.Sprint(maxOutputLimit) + `,"description":"Bytes to return at most. Default ` + fmt.Sprint(defaultOutputLimit) + `."}` +
-			`},"required":["id"],"additionalProperties":false}`),
-		OutputSchema: json.RawMessage(runOutputSchema),
+		InputSchema: argsSchema(props{
+			"id":     runIDSchema(),
+			"stream": strEnum("Which stream. Default stdout.", "stdout", "stderr"),
+			"offset": intAtLeast("Byte offset to start at. Default 0.", 0),
+			"limit":  intRange(fmt.Sprintf("Bytes to return at most. Default %d.", defaultOutputLimit), 1, maxOutputLimit),
+		}, "id"),
+		OutputSchema: runOutputSchema(),
 		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.runOutput)
 	s.mcp.AddTool(&mcp.Tool{
 		Name:         toolCancelRun,
 		Title:        "Stop a run",
 		Description:  "Stop a run: its whole process tree is killed; output so far is kept. Stopping a run that has ended changes nothing.",
-		InputSchema:  json.RawMessage(`{"type":"object","properties":{"id":` + idSchema + `},"required":["id"],"additionalProperties":false}`),
-		OutputSchema: json.RawMessage(runStatusSchema),
+		InputSchema:  argsSchema(props{"id": runIDSchema()}, "id"),
+		OutputSchema: runStatusSchema(),
 		Annotations:  &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
 	}, s.cancelRun)
 	s.mcp.AddTool(&mcp.Tool{
@@ -97,12 +100,12 @@ func (s *Server) addRunFeatures() {
 		Title: "List runs",
 		Description: "List the runs this server keeps, newest first, a page at a time, optionally only those in one state; " +
 			"each says until when it is kept.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{` +
-			`"state":{"type":"string","enum":["queued","running","succeeded","failed","timed_out","cancelled","interrupted"],"description":"Only runs in this state."},` +
-			`"offset":{"type":"integer","minimum":0,"description":"Runs to skip. Default 0."},` +
-			`"limit":{"type":"integer","minimum":1,"maximum":` + fmt.Sprint(maxListLimit) + `,"description":"Runs to return at most. Default ` + fmt.Sprint(defaultListLimit) + `."}` +
-			`},"additionalProperties":false}`),
-		OutputSchema: json.RawMessage(listRunsSchema),
+		InputSchema: argsSchema(props{
+			"state":  stateSchema("Only runs in this state."),
+			"offset": intAtLeast("Runs to skip. Default 0.", 0),
+			"limit":  intRange(fmt.Sprintf("Runs to return at most. Default %d.", defaultListLimit), 1, maxListLimit),
+		}),
+		OutputSchema: listRunsSchema(),
 		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.listRuns)
 
@@ -143,12 +146,12 @@ func (s *Server) unsubscribe(context.Context, *mcp.UnsubscribeRequest) error { r
 // runIDArg reads the required id argument.
 func runIDArg(fields map[string]json.RawMessage) (string, error) {
 	raw, ok := fields["id"]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return "", errors.New("id is required: pass the run's id, as execute_code or list_runs returned it")
 	}
 	var id string
 	if raw[0] != '"' || json.Unmarshal(raw, &id) != nil {
-		return "", fmt.Errorf("id must be a string, got %s", jsonKind(raw))
+		return "", fmt.Errorf("id must be a string, got %s", strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	return id, runs.CheckID(id)
 }
@@ -156,12 +159,12 @@ func runIDArg(fields map[string]json.RawMessage) (string, error) {
 // intArg reads an optional whole-number argument in [lo, hi].
 func intArg(fields map[string]json.RawMessage, name string, def, lo, hi int64) (int64, error) {
 	raw, ok := fields[name]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return def, nil
 	}
 	var f float64
 	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' || json.Unmarshal(raw, &f) != nil {
-		return 0, fmt.Errorf("%s must be a whole number, got %s", name, jsonKind(raw))
+		return 0, fmt.Errorf("%s must be a whole number, got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	if f != math.Trunc(f) || math.IsInf(f, 0) {
 		return 0, fmt.Errorf("%s must be a whole number, got %s", name, truncate(string(raw), 40))
@@ -178,12 +181,12 @@ func intArg(fields map[string]json.RawMessage, name string, def, lo, hi int64) (
 // stringArg reads an optional string argument.
 func stringArg(fields map[string]json.RawMessage, name string) (string, bool, error) {
 	raw, ok := fields[name]
-	if !ok || isNull(raw) {
+	if !ok || strictjson.IsNull(raw) {
 		return "", false, nil
 	}
 	var v string
 	if raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
-		return "", false, fmt.Errorf("%s must be a string, got %s", name, jsonKind(raw))
+		return "", false, fmt.Errorf("%s must be a string, got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	return v, true, nil
 }
@@ -213,35 +216,59 @@ type runStatusOutput struct {
 	ExpiresAt   string          `json:"expires_at,omitempty"`
 }
 
-const runStatusSchema = `{"type":"object","properties":{` +
-	`"id":{"type":"string"},` +
-	`"state":{"type":"string","enum":["queued","running","succeeded","failed","timed_out","cancelled","interrupted"]},` +
-	`"background":{"type":"boolean","description":"Started with background: true (or kept running after its call ended)."},` +
-	`"created":{"type":"string","description":"When it was asked for (RFC 3339, UTC)."},` +
-	`"started":{"type":"string","description":"When the code started (absent while queued)."},` +
-	`"ended":{"type":"string","description":"When it ended (absent while in flight)."},` +
-	`"queued_ms":{"type":"integer"},` +
-	`"duration_ms":{"type":"integer","description":"How long the code ran (so far, while running)."},` +
-	`"exit_code":{"type":"integer","description":"Exit status, once the code has ended."},` +
-	`"timed_out":{"type":"boolean"},"out_of_memory":{"type":"boolean"},"truncated":{"type":"boolean"},` +
-	`"stdout_bytes":{"type":"integer"},"stderr_bytes":{"type":"integer"},` +
-	`"stdout_tail":{"type":"string","description":"The last lines of stdout."},` +
-	`"stderr_tail":{"type":"string","description":"The last lines of stderr."},` +
-	`"network":{"type":"array","items":` + netEntrySchema + `,"description":"Requests the run made through the proxy (known once it ends)."},` +
-	`"files":{"type":"array","items":` + fileOutputSchema + `},` +
-	`"notes":{"type":"array","items":{"type":"string"}},` +
-	`"error":{"type":"string","description":"Why the run has no result of its own (cancelled, interrupted, could not start)."},` +
-	`"expires_at":{"type":"string","description":"When this ended run will be removed at the latest."}` +
-	`},"required":["id","state","background","created","queued_ms","duration_ms","timed_out","out_of_memory","truncated",` +
-	`"stdout_bytes","stderr_bytes","stdout_tail","stderr_tail","network","files","notes"]}`
+// runIDSchema is the id argument of the run tools.
+func runIDSchema() *jsonschema.Schema {
+	s := str("The run's id, as execute_code and list_runs return it.")
+	s.Pattern = "^[0-9a-f]{16}$"
+	return s
+}
 
-const fileOutputSchema = `{"type":"object","properties":{` +
-	`"name":{"type":"string","description":"File name in out/."},` +
-	`"mime_type":{"type":"string"},` +
-	`"size":{"type":"integer","description":"Bytes."},` +
-	`"uri":{"type":"string","description":"run://{id}/files/{name}: read it with resources/read."},` +
-	`"inline":{"type":"boolean","description":"The result carries it as image content."}` +
-	`},"required":["name","mime_type","size","uri","inline"]}`
+// stateSchema is a run's state, one of runs.States.
+func stateSchema(description string) *jsonschema.Schema {
+	s := str(description)
+	for _, st := range runs.States {
+		s.Enum = append(s.Enum, string(st))
+	}
+	return s
+}
+
+func runStatusSchema() *jsonschema.Schema {
+	return object(props{
+		"id":            str(""),
+		"state":         stateSchema(""),
+		"background":    boolean("Started with background: true (or kept running after its call ended)."),
+		"created":       str("When it was asked for (RFC 3339, UTC)."),
+		"started":       str("When the code started (absent while queued)."),
+		"ended":         str("When it ended (absent while in flight)."),
+		"queued_ms":     integer(""),
+		"duration_ms":   integer("How long the code ran (so far, while running)."),
+		"exit_code":     integer("Exit status, once the code has ended."),
+		"timed_out":     boolean(""),
+		"out_of_memory": boolean(""),
+		"truncated":     boolean(""),
+		"stdout_bytes":  integer(""),
+		"stderr_bytes":  integer(""),
+		"stdout_tail":   str("The last lines of stdout."),
+		"stderr_tail":   str("The last lines of stderr."),
+		"network":       arrayOf(netEntrySchema(), "Requests the run made through the proxy (known once it ends)."),
+		"files":         arrayOf(fileOutputSchema(), ""),
+		"notes":         arrayOf(str(""), ""),
+		"error":         str("Why the run has no result of its own (cancelled, interrupted, could not start)."),
+		"expires_at":    str("When this ended run will be removed at the latest."),
+	}, "id", "state", "background", "created", "queued_ms", "duration_ms", "timed_out", "out_of_memory", "truncated",
+		"stdout_bytes", "stderr_bytes", "stdout_tail", "stderr_tail", "network", "files", "notes")
+}
+
+// fileOutputSchema is one file a run left in out/.
+func fileOutputSchema() *jsonschema.Schema {
+	return object(props{
+		"name":      str("File name in out/."),
+		"mime_type": str(""),
+		"size":      integer("Bytes."),
+		"uri":       str("run://{id}/files/{name}: read it with resources/read."),
+		"inline":    boolean("The result carries it as image content."),
+	}, "name", "mime_type", "size", "uri", "inline")
+}
 
 // statusOutput builds run_status's answer for rec, with the tails of its
 // output.
@@ -385,7 +412,7 @@ func (s *Server) runWait(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		return toolError("run_wait: %v", err), nil
 	}
 	wait := defaultWait
-	if raw, ok := fields["timeout"]; ok && !isNull(raw) {
+	if raw, ok := fields["timeout"]; ok && !strictjson.IsNull(raw) {
 		if wait, err = parseSeconds(raw, "timeout", defaultWait, s.opts.MaxWait); err != nil {
 			return toolError("run_wait: %v", err), nil
 		}
@@ -454,7 +481,7 @@ func parseSeconds(raw json.RawMessage, name string, def, max time.Duration) (tim
 	var sec float64
 	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' || json.Unmarshal(raw, &sec) != nil ||
 		math.IsNaN(sec) || math.IsInf(sec, 0) {
-		return 0, fmt.Errorf("%s must be a number of seconds (e.g. 30), got %s", name, jsonKind(raw))
+		return 0, fmt.Errorf("%s must be a number of seconds (e.g. 30), got %s", name, strictjson.Kind(raw, strictjson.ShortValue))
 	}
 	switch {
 	case sec <= 0:
@@ -479,15 +506,18 @@ type runOutputOutput struct {
 	State      string `json:"state"`
 }
 
-const runOutputSchema = `{"type":"object","properties":{` +
-	`"id":{"type":"string"},"stream":{"type":"string"},` +
-	`"offset":{"type":"integer","description":"Where this page starts (moved forward to a character boundary if needed)."},` +
-	`"next_offset":{"type":"integer","description":"Pass as offset for the next page."},` +
-	`"total_bytes":{"type":"integer","description":"Bytes of the stream kept so far."},` +
-	`"eof":{"type":"boolean","description":"This page reaches the end of what is kept so far."},` +
-	`"final":{"type":"boolean","description":"The run has ended: the stream will not grow."},` +
-	`"state":{"type":"string"}` +
-	`},"required":["id","stream","offset","next_offset","total_bytes","eof","final","state"]}`
+func runOutputSchema() *jsonschema.Schema {
+	return object(props{
+		"id":          str(""),
+		"stream":      str(""),
+		"offset":      integer("Where this page starts (moved forward to a character boundary if needed)."),
+		"next_offset": integer("Pass as offset for the next page."),
+		"total_bytes": integer("Bytes of the stream kept so far."),
+		"eof":         boolean("This page reaches the end of what is kept so far."),
+		"final":       boolean("The run has ended: the stream will not grow."),
+		"state":       str(""),
+	}, "id", "stream", "offset", "next_offset", "total_bytes", "eof", "final", "state")
+}
 
 func (s *Server) runOutput(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	fields, err := objectFields(req.Params.Arguments, "id", "stream", "offset", "limit")
@@ -594,18 +624,29 @@ type runListEntry struct {
 	KeptFor     string `json:"kept_for"`
 }
 
-const listRunsSchema = `{"type":"object","properties":{"runs":{"type":"array","items":{"type":"object","properties":{` +
-	`"id":{"type":"string"},"state":{"type":"string"},"background":{"type":"boolean"},` +
-	`"created":{"type":"string"},"ended":{"type":"string"},"duration_ms":{"type":"integer"},"exit_code":{"type":"integer"},` +
-	`"stdout_bytes":{"type":"integer"},"stderr_bytes":{"type":"integer"},"files":{"type":"integer"},` +
-	`"expires_at":{"type":"string","description":"When it will be removed at the latest."},` +
-	`"kept_for":{"type":"string","description":"How long it is kept from now, in words."}` +
-	`},"required":["id","state","background","created","duration_ms","stdout_bytes","stderr_bytes","files","kept_for"]}},` +
-	`"total":{"type":"integer","description":"Runs that match, on all pages."},` +
-	`"offset":{"type":"integer"},` +
-	`"next_offset":{"type":"integer","description":"Pass as offset for the next page; absent on the last page."},` +
-	`"retention":{"type":"string","description":"How long ended runs are kept, and the size cap."}` +
-	`},"required":["runs","total","offset","retention"]}`
+func listRunsSchema() *jsonschema.Schema {
+	run := object(props{
+		"id":           str(""),
+		"state":        str(""),
+		"background":   boolean(""),
+		"created":      str(""),
+		"ended":        str(""),
+		"duration_ms":  integer(""),
+		"exit_code":    integer(""),
+		"stdout_bytes": integer(""),
+		"stderr_bytes": integer(""),
+		"files":        integer(""),
+		"expires_at":   str("When it will be removed at the latest."),
+		"kept_for":     str("How long it is kept from now, in words."),
+	}, "id", "state", "background", "created", "duration_ms", "stdout_bytes", "stderr_bytes", "files", "kept_for")
+	return object(props{
+		"runs":        arrayOf(run, ""),
+		"total":       integer("Runs that match, on all pages."),
+		"offset":      integer(""),
+		"next_offset": integer("Pass as offset for the next page; absent on the last page."),
+		"retention":   str("How long ended runs are kept, and the size cap."),
+	}, "runs", "total", "offset", "retention")
+}
 
 func (s *Server) listRuns(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	fields, err := objectFields(req.Params.Arguments, "state", "offset", "limit")

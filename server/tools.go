@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeforge/codeforge/apis"
@@ -32,7 +33,7 @@ func (s *Server) addTools() {
 			"(e.g. Authorization: \"Bearer GITHUB_TOKEN\"); the proxy swaps in the real value on the wire, only for that API's hosts. " +
 			"list_apis shows the APIs, their domains and token names; get_instructions explains files, network, skills and limits.",
 		InputSchema:  s.executeInputSchema(),
-		OutputSchema: json.RawMessage(executeOutputSchema),
+		OutputSchema: executeOutputSchema(),
 		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(true)},
 	}, s.executeCode)
 
@@ -42,8 +43,8 @@ func (s *Server) addTools() {
 		Description: "List the APIs the sandbox code can call: name, description, domains, credential token names " +
 			"(write these in code where the secret goes; never the values), reference documentation URL, " +
 			"restricted HTTP methods, and whether TypeScript types exist (types_path is where code can read them).",
-		InputSchema:  json.RawMessage(noArgsSchema),
-		OutputSchema: json.RawMessage(listAPIsOutputSchema),
+		InputSchema:  noArgsSchema(),
+		OutputSchema: listAPIsOutputSchema(),
 		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.listAPIs)
 
@@ -51,7 +52,7 @@ func (s *Server) addTools() {
 		Name:        toolGetInstructions,
 		Title:       "How to use CodeForge",
 		Description: "Return the usage primer: how credentials work, which directories and hosts code can reach, how to save and run skills, and the limits.",
-		InputSchema: json.RawMessage(noArgsSchema),
+		InputSchema: noArgsSchema(),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.getInstructions)
 
@@ -60,7 +61,7 @@ func (s *Server) addTools() {
 		Title: "Edit a saved skill",
 		Description: "Edit the saved skill <name> with SEARCH/REPLACE blocks; if any block fails, nothing changes and the error quotes it. " +
 			skills.PatchFormat,
-		InputSchema: json.RawMessage(updateSkillInputSchema),
+		InputSchema: updateSkillInputSchema(),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false},
 	}, s.updateSkill)
 
@@ -68,7 +69,7 @@ func (s *Server) addTools() {
 		Name:        toolDeleteSkill,
 		Title:       "Delete a saved skill",
 		Description: "Delete the saved skill <name> (the file <name>.ts in the skills directory).",
-		InputSchema: json.RawMessage(deleteSkillInputSchema),
+		InputSchema: deleteSkillInputSchema(),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
 	}, s.deleteSkill)
 }
@@ -76,93 +77,91 @@ func (s *Server) addTools() {
 // executeInputSchema declares execute_code's arguments. The handler checks
 // them again itself, so a value the schema would refuse (a timeout sent as
 // a string) still gets a tool error in plain words.
-func (s *Server) executeInputSchema() json.RawMessage {
-	schema := map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"code": map[string]any{
-				"type": "string",
-				"description": fmt.Sprintf("TypeScript for Deno (top-level await works). Print results with console.log. At most %d bytes.",
-					s.opts.MaxCodeBytes),
-			},
-			"apis": map[string]any{
-				"type":        "array",
-				"items":       map[string]any{"type": "string"},
-				"description": "Names of the APIs (from list_apis) this run uses: narrows its network to their domains. Default: every active API.",
-			},
-			"timeout": map[string]any{
-				"type":             "number",
-				"exclusiveMinimum": 0,
-				"maximum":          s.opts.MaxTimeout.Seconds(),
-				"description": fmt.Sprintf("Seconds before the run is stopped (output so far is kept). Default %s, at most %s. Time waiting for a free slot counts.",
-					formatSeconds(s.opts.DefaultTimeout.Seconds()), formatSeconds(s.opts.MaxTimeout.Seconds())),
-			},
-			"background": map[string]any{
-				"type": "boolean",
-				"description": "Return at once with the run's id instead of waiting (for runs that may outlast a tool call, about a minute). " +
-					"Then run_wait gives the result, run_status and run_output show progress, cancel_run stops it.",
-			},
-			"keep_running": map[string]any{
-				"type":        "boolean",
-				"description": "If this call is cancelled or its connection is lost before the run ends, let the run go on as a background run instead of stopping it.",
-			},
-		},
-		"required":             []string{"code"},
-		"additionalProperties": false,
-	}
-	b, _ := json.Marshal(schema)
-	return b
+func (s *Server) executeInputSchema() *jsonschema.Schema {
+	return argsSchema(props{
+		"code": str(fmt.Sprintf("TypeScript for Deno (top-level await works). Print results with console.log. At most %d bytes.",
+			s.opts.MaxCodeBytes)),
+		"apis": arrayOf(str(""),
+			"Names of the APIs (from list_apis) this run uses: narrows its network to their domains. Default: every active API."),
+		"timeout": seconds(fmt.Sprintf("Seconds before the run is stopped (output so far is kept). Default %s, at most %s. Time waiting for a free slot counts.",
+			formatSeconds(s.opts.DefaultTimeout.Seconds()), formatSeconds(s.opts.MaxTimeout.Seconds())),
+			s.opts.MaxTimeout.Seconds()),
+		"background": boolean("Return at once with the run's id instead of waiting (for runs that may outlast a tool call, about a minute). " +
+			"Then run_wait gives the result, run_status and run_output show progress, cancel_run stops it."),
+		"keep_running": boolean("If this call is cancelled or its connection is lost before the run ends, let the run go on as a background run instead of stopping it."),
+	}, "code")
 }
 
-const noArgsSchema = `{"type":"object","properties":{},"additionalProperties":false}`
+// noArgsSchema is the input schema of a tool without arguments.
+func noArgsSchema() *jsonschema.Schema { return argsSchema(props{}) }
 
-const skillNameSchema = `{"type":"string","pattern":"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$","description":"Skill name: letters, digits, '_' and '-', starting with a letter or digit, at most 64 characters."}`
+func skillNameSchema() *jsonschema.Schema {
+	s := str("Skill name: letters, digits, '_' and '-', starting with a letter or digit, at most 64 characters.")
+	s.Pattern = "^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$"
+	return s
+}
 
-const updateSkillInputSchema = `{"type":"object","properties":{` +
-	`"name":` + skillNameSchema + `,` +
-	`"patch":{"type":"string","description":"One or more SEARCH/REPLACE blocks: <<<<<<< SEARCH, the exact current text, =======, the replacement, >>>>>>> REPLACE (each marker on its own line)."}` +
-	`},"required":["name","patch"],"additionalProperties":false}`
+func updateSkillInputSchema() *jsonschema.Schema {
+	return argsSchema(props{
+		"name": skillNameSchema(),
+		"patch": str("One or more SEARCH/REPLACE blocks: <<<<<<< SEARCH, the exact current text, =======, the replacement, " +
+			">>>>>>> REPLACE (each marker on its own line)."),
+	}, "name", "patch")
+}
 
-const deleteSkillInputSchema = `{"type":"object","properties":{"name":` + skillNameSchema + `},"required":["name"],"additionalProperties":false}`
+func deleteSkillInputSchema() *jsonschema.Schema {
+	return argsSchema(props{"name": skillNameSchema()}, "name")
+}
 
-const netEntrySchema = `{"type":"object","properties":{` +
-	`"method":{"type":"string"},` +
-	`"host":{"type":"string"},` +
-	`"path":{"type":"string","description":"Request path, without the query string."},` +
-	`"status":{"type":"integer","description":"Response status; 0 when there was no response."},` +
-	`"credential_injected":{"type":"boolean","description":"Whether the proxy put a real credential into this request."},` +
-	`"bytes_out":{"type":"integer"},` +
-	`"bytes_in":{"type":"integer"},` +
-	`"blocked":{"type":"string","description":"Why the proxy refused the request; absent when it passed."},` +
-	`"notes":{"type":"array","items":{"type":"string"},"description":"What the proxy did that the code may need to know, e.g. a token name sent as the plain name because the API does not take credentials in that part of a request."}` +
-	`},"required":["method","host","path","status","credential_injected","bytes_out","bytes_in"]}`
+// netEntrySchema is one request of a run's network log.
+func netEntrySchema() *jsonschema.Schema {
+	return object(props{
+		"method":              str(""),
+		"host":                str(""),
+		"path":                str("Request path, without the query string."),
+		"status":              integer("Response status; 0 when there was no response."),
+		"credential_injected": boolean("Whether the proxy put a real credential into this request."),
+		"bytes_out":           integer(""),
+		"bytes_in":            integer(""),
+		"blocked":             str("Why the proxy refused the request; absent when it passed."),
+		"notes": arrayOf(str(""), "What the proxy did that the code may need to know, e.g. a token name sent as the plain name "+
+			"because the API does not take credentials in that part of a request."),
+	}, "method", "host", "path", "status", "credential_injected", "bytes_out", "bytes_in")
+}
 
-const executeOutputSchema = `{"type":"object","properties":{` +
-	`"run_id":{"type":"string","description":"The run's id, for run_status, run_wait, run_output, cancel_run and run://{id}."},` +
-	`"state":{"type":"string","description":"queued or running for a background run just started; else how it ended: succeeded, failed, timed_out."},` +
-	`"exit_code":{"type":"integer","description":"Exit status of the Deno process (non-zero: it failed)."},` +
-	`"duration_ms":{"type":"integer","description":"How long the run took, in milliseconds."},` +
-	`"timed_out":{"type":"boolean","description":"The run was stopped at its timeout; output before it is kept."},` +
-	`"out_of_memory":{"type":"boolean","description":"The run exceeded the sandbox memory limit."},` +
-	`"truncated":{"type":"boolean","description":"stdout or stderr went over the output cap and was cut."},` +
-	`"network":{"type":"array","items":` + netEntrySchema + `,"description":"Every request the run made through the proxy."},` +
-	`"files":{"type":"array","items":` + fileOutputSchema + `,"description":"Files the run left in out/: images inline, others as resource links."}` +
-	`},"required":["run_id","state"],` +
-	`"description":"A background run just started has run_id and state only; an ended run has every field."}`
+func executeOutputSchema() *jsonschema.Schema {
+	return withDescription(object(props{
+		"run_id":        str("The run's id, for run_status, run_wait, run_output, cancel_run and run://{id}."),
+		"state":         str("queued or running for a background run just started; else how it ended: succeeded, failed, timed_out."),
+		"exit_code":     integer("Exit status of the Deno process (non-zero: it failed)."),
+		"duration_ms":   integer("How long the run took, in milliseconds."),
+		"timed_out":     boolean("The run was stopped at its timeout; output before it is kept."),
+		"out_of_memory": boolean("The run exceeded the sandbox memory limit."),
+		"truncated":     boolean("stdout or stderr went over the output cap and was cut."),
+		"network":       arrayOf(netEntrySchema(), "Every request the run made through the proxy."),
+		"files":         arrayOf(fileOutputSchema(), "Files the run left in out/: images inline, others as resource links."),
+	}, "run_id", "state"),
+		"A background run just started has run_id and state only; an ended run has every field.")
+}
 
-const listAPIsOutputSchema = `{"type":"object","properties":{"apis":{"type":"array","items":{"type":"object","properties":{` +
-	`"name":{"type":"string","description":"Pass it in execute_code's apis argument."},` +
-	`"description":{"type":"string"},` +
-	`"domains":{"type":"array","items":{"type":"string"},"description":"Hosts the API is served from."},` +
-	`"credentials":{"type":"array","items":{"type":"string"},"description":"Token names to write where the secret goes; the proxy substitutes the real value."},` +
-	`"reference":{"type":"string","description":"Documentation URL."},` +
-	`"restricted_methods":{"type":"array","items":{"type":"string"},"description":"HTTP methods the proxy refuses for this API (a permanent 403)."},` +
-	`"allowed_methods":{"type":"array","items":{"type":"string"},"description":"When present, the only HTTP methods the proxy lets through to this API; any other gets a permanent 403."},` +
-	`"substitute_in":{"type":"array","items":{"type":"string"},"description":"Parts of a request (headers, query, path, body) where a token name becomes the secret; elsewhere it is sent as the plain name."},` +
-	`"ports":{"type":"array","items":{"type":"integer"},"description":"HTTPS ports of the API's hosts that receive credentials."},` +
-	`"has_types":{"type":"boolean"},` +
-	`"types_path":{"type":"string","description":"Where code can read the API's TypeScript declarations (when has_types)."}` +
-	`},"required":["name","description","domains","credentials","reference","restricted_methods","substitute_in","ports","has_types"]}}},"required":["apis"]}`
+func listAPIsOutputSchema() *jsonschema.Schema {
+	api := object(props{
+		"name":               str("Pass it in execute_code's apis argument."),
+		"description":        str(""),
+		"domains":            arrayOf(str(""), "Hosts the API is served from."),
+		"credentials":        arrayOf(str(""), "Token names to write where the secret goes; the proxy substitutes the real value."),
+		"reference":          str("Documentation URL."),
+		"restricted_methods": arrayOf(str(""), "HTTP methods the proxy refuses for this API (a permanent 403)."),
+		"allowed_methods": arrayOf(str(""),
+			"When present, the only HTTP methods the proxy lets through to this API; any other gets a permanent 403."),
+		"substitute_in": arrayOf(str(""),
+			"Parts of a request (headers, query, path, body) where a token name becomes the secret; elsewhere it is sent as the plain name."),
+		"ports":      arrayOf(integer(""), "HTTPS ports of the API's hosts that receive credentials."),
+		"has_types":  boolean(""),
+		"types_path": str("Where code can read the API's TypeScript declarations (when has_types)."),
+	}, "name", "description", "domains", "credentials", "reference", "restricted_methods", "substitute_in", "ports", "has_types")
+	return object(props{"apis": arrayOf(api, "")}, "apis")
+}
 
 // apiInfo is one entry of list_apis.
 type apiInfo struct {

@@ -1,10 +1,14 @@
-// Package strictjson decodes JSON objects strictly, for input CodeForge
-// does not trust: tool arguments from MCP clients and Docker API bodies
-// from the server. An object's keys must be among the allowed ones,
-// exactly as written (encoding/json matches keys in any case) and at most
-// once each; nothing may follow the object. Errors are typed, so that each
-// caller words them for its own audience, and Kind names what was sent
-// instead for those messages.
+// Package strictjson decodes JSON strictly, for input CodeForge does not
+// trust or wants to check to the letter: tool arguments from MCP clients,
+// Docker API bodies from the server and apis/<name>/config.json files.
+//
+// Object splits one object into its fields: keys must be among the
+// allowed ones, exactly as written (encoding/json matches keys in any
+// case) and at most once each; nothing may follow the object. Reader
+// reads a document token by token with each token's line and column, for
+// a caller that checks a file's shape itself and reports every problem
+// with its place. Errors are typed, so that each caller words them for its
+// own audience; Kind names what was sent instead, IsNull tells null.
 package strictjson
 
 import (
@@ -32,18 +36,23 @@ type DuplicateFieldError struct{ Field string }
 
 func (e *DuplicateFieldError) Error() string { return fmt.Sprintf("field %q given twice", e.Field) }
 
-// SyntaxError is malformed JSON inside the object (Field is the key whose
-// value is malformed, "" when it is the object itself).
+// SyntaxError is malformed JSON. Object sets Field, the key whose value is
+// malformed ("" when it is the object itself); Reader sets Pos, where it
+// is, when that is known.
 type SyntaxError struct {
 	Field string
+	Pos   Pos
 	Err   error
 }
 
 func (e *SyntaxError) Error() string {
-	if e.Field == "" {
-		return "invalid JSON: " + e.Err.Error()
+	switch {
+	case e.Field != "":
+		return fmt.Sprintf("invalid JSON value for %q: %v", e.Field, e.Err)
+	case e.Pos.Known():
+		return fmt.Sprintf("invalid JSON at %s: %v", e.Pos, e.Err)
 	}
-	return fmt.Sprintf("invalid JSON value for %q: %v", e.Field, e.Err)
+	return "invalid JSON: " + e.Err.Error()
 }
 
 func (e *SyntaxError) Unwrap() error { return e.Err }
@@ -87,27 +96,50 @@ func Object(data []byte, allowed []string) (map[string]json.RawMessage, error) {
 // IsNull reports whether raw is the JSON literal null.
 func IsNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-// Kind names the JSON type of raw for an error message, with the value
-// when it is short: `the string "abc"`, "an object", "a list",
-// "the boolean true", "null", "the number 3", "nothing".
-func Kind(raw json.RawMessage) string {
+// Show says how much of a value Kind puts in a message.
+type Show int
+
+const (
+	// TypeOnly names the type alone ("a string", "a number"): for input
+	// that may hold a secret, such as a config file's credentials.
+	TypeOnly Show = iota
+	// ShortValue adds a string's, number's or boolean's value, cut to 40
+	// bytes (`the string "abc"`, "the number 3", "the boolean true").
+	ShortValue
+)
+
+// Kind names the JSON type of raw, a value or a Reader token's Raw, for an
+// error message: "a string", "a number", "a boolean", "an object",
+// "an array", "null", or "nothing" when raw is empty; with ShortValue,
+// scalars carry their value.
+func Kind(raw json.RawMessage, show Show) string {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return "nothing"
 	}
+	value := show == ShortValue
 	switch raw[0] {
 	case '"':
-		return "the string " + Truncate(string(raw), 40)
+		if value {
+			return "the string " + Truncate(string(raw), 40)
+		}
+		return "a string"
 	case '{':
 		return "an object"
 	case '[':
-		return "a list"
+		return "an array"
 	case 't', 'f':
-		return "the boolean " + string(raw)
+		if value {
+			return "the boolean " + Truncate(string(raw), 40)
+		}
+		return "a boolean"
 	case 'n':
 		return "null"
 	default:
-		return "the number " + Truncate(string(raw), 40)
+		if value {
+			return "the number " + Truncate(string(raw), 40)
+		}
+		return "a number"
 	}
 }
 

@@ -36,12 +36,22 @@ func TestObject(t *testing.T) {
 
 func TestKind(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]string{
-		`"abc"`: `the string "abc"`, `{}`: "an object", `[]`: "a list", `true`: "the boolean true",
-		`null`: "null", ` 3.5`: "the number 3.5", ``: "nothing",
+	for _, tc := range []struct{ in, typeOnly, short string }{
+		{`"abc"`, "a string", `the string "abc"`},
+		{`{}`, "an object", "an object"},
+		{`{`, "an object", "an object"}, // a Reader token's Raw
+		{`[]`, "an array", "an array"},
+		{`true`, "a boolean", "the boolean true"},
+		{`null`, "null", "null"},
+		{` 3.5`, "a number", "the number 3.5"},
+		{``, "nothing", "nothing"},
+		{`"sk_live_0123456789abcdefghijklmnopqrstuvwxyz"`, "a string", `the string "sk_live_0123456789abcdefghijklmnopqrstu…`},
 	} {
-		if got := Kind([]byte(in)); got != want {
-			t.Errorf("Kind(%q) = %q, want %q", in, got, want)
+		if got := Kind([]byte(tc.in), TypeOnly); got != tc.typeOnly {
+			t.Errorf("Kind(%q, TypeOnly) = %q, want %q", tc.in, got, tc.typeOnly)
+		}
+		if got := Kind([]byte(tc.in), ShortValue); got != tc.short {
+			t.Errorf("Kind(%q, ShortValue) = %q, want %q", tc.in, got, tc.short)
 		}
 	}
 }
