@@ -24,9 +24,15 @@ type Dotenv struct {
 	// read before stay in force.
 	report func(error)
 
+	// stat is os.Stat; tests replace it to show a file unlinked under a
+	// bind mount.
+	stat func(string) (fs.FileInfo, error)
+
 	mu    sync.Mutex
 	stamp fileStamp
 	vals  map[string]string
+	// unlinkedSeen: the file's removal or replacement has been reported.
+	unlinkedSeen bool
 }
 
 // fileStamp tells one version of the file from another.
@@ -41,7 +47,7 @@ type fileStamp struct {
 // that does not parse now is an error naming it; later, report is told and
 // the previous values kept (nil report: keep them silently).
 func NewDotenv(base Getenv, path string, report func(error)) (*Dotenv, error) {
-	d := &Dotenv{base: base, path: path, report: report}
+	d := &Dotenv{base: base, path: path, report: report, stat: os.Stat}
 	if err := d.refresh(); err != nil {
 		return nil, err
 	}
@@ -56,7 +62,7 @@ func (d *Dotenv) Lookup(name string) (string, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.refreshLocked(); err != nil && d.report != nil {
-		d.report(err)
+		d.report(fmt.Errorf("%w (keeping the values read before)", err))
 	}
 	v, ok := d.vals[name]
 	return v, ok
@@ -75,13 +81,26 @@ func (d *Dotenv) refreshLocked() error {
 		return nil
 	}
 	var stamp fileStamp
-	fi, err := os.Stat(d.path)
+	fi, err := d.stat(d.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return fmt.Errorf("load %s: %w", d.path, err)
 	default:
 		stamp = fileStamp{exists: true, size: fi.Size(), mod: fi.ModTime()}
+		// A path that names a file with no link left is a single-file bind
+		// mount (Docker's) whose file the host has since removed or
+		// replaced: the old version stays here, unchanged, for good.
+		if n, ok := linkCount(fi); ok && n == 0 {
+			if d.unlinkedSeen {
+				return nil
+			}
+			d.unlinkedSeen = true
+			return fmt.Errorf("load %s: the file was removed or replaced on the host after it was mounted here "+
+				"(an editor that saves through a new file, sed -i, mv): this process still sees the old version; "+
+				"edit .env in place (for example append with >>) and recreate the container once to mount the new file "+
+				"(docker compose up -d --force-recreate proxy)", d.path)
+		}
 	}
 	if stamp == d.stamp && (d.vals != nil || !stamp.exists) {
 		return nil
@@ -92,8 +111,14 @@ func (d *Dotenv) refreshLocked() error {
 		return nil
 	}
 	vals, err := godotenv.Read(d.path)
+	if errors.Is(err, fs.ErrPermission) {
+		groups, _ := os.Getgroups()
+		return fmt.Errorf("load %s: %w: this process (uid %d, gid %d, groups %v) may not read it; "+
+			"give it read access (in the Docker stack: the file's group readable and CODEFORGE_ENV_GID set to that group, "+
+			"which ./rebuild.sh does)", d.path, err, os.Getuid(), os.Getgid(), groups)
+	}
 	if err != nil {
-		return fmt.Errorf("load %s: %w (keeping the values read before)", d.path, err)
+		return fmt.Errorf("load %s: %w", d.path, err)
 	}
 	d.vals = vals
 	return nil
