@@ -3,7 +3,9 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -24,15 +26,20 @@ type Dotenv struct {
 	// read before stay in force.
 	report func(error)
 
-	// stat is os.Stat; tests replace it to show a file unlinked under a
-	// bind mount.
+	// stat and open are os.Stat and os.Open; tests replace them to show a
+	// file unlinked under a bind mount, or a process that may no longer
+	// open it.
 	stat func(string) (fs.FileInfo, error)
+	open func(string) (*os.File, error)
 
 	mu    sync.Mutex
 	stamp fileStamp
 	vals  map[string]string
 	// unlinkedSeen: the file's removal or replacement has been reported.
 	unlinkedSeen bool
+	// held is the file as last opened: read again through it when the
+	// process may no longer open the path (see read).
+	held *os.File
 }
 
 // fileStamp tells one version of the file from another.
@@ -47,7 +54,7 @@ type fileStamp struct {
 // that does not parse now is an error naming it; later, report is told and
 // the previous values kept (nil report: keep them silently).
 func NewDotenv(base Getenv, path string, report func(error)) (*Dotenv, error) {
-	d := &Dotenv{base: base, path: path, report: report, stat: os.Stat}
+	d := &Dotenv{base: base, path: path, report: report, stat: os.Stat, open: os.Open}
 	if err := d.refresh(); err != nil {
 		return nil, err
 	}
@@ -110,7 +117,7 @@ func (d *Dotenv) refreshLocked() error {
 		d.vals = nil
 		return nil
 	}
-	vals, err := godotenv.Read(d.path)
+	vals, err := d.read(fi)
 	if errors.Is(err, fs.ErrPermission) {
 		groups, _ := os.Getgroups()
 		return fmt.Errorf("load %s: %w: this process (uid %d, gid %d, groups %v) may not read it; "+
@@ -122,4 +129,29 @@ func (d *Dotenv) refreshLocked() error {
 	}
 	d.vals = vals
 	return nil
+}
+
+// read parses the file, opened afresh by its path (an editor may have put
+// a new file there). A process that may no longer open it — one that gave
+// up root after starting, as the transparent-mode proxy does — reads it
+// through the descriptor it opened before, as long as that is still the
+// file at the path: it may read again what it read at the start, edits
+// made in place included, and nothing else.
+func (d *Dotenv) read(fi fs.FileInfo) (map[string]string, error) {
+	f, err := d.open(d.path)
+	switch {
+	case err == nil:
+		if d.held != nil {
+			d.held.Close()
+		}
+		d.held = f
+	case errors.Is(err, fs.ErrPermission) && d.held != nil:
+		hi, herr := d.held.Stat()
+		if herr != nil || !os.SameFile(hi, fi) {
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	return godotenv.Parse(io.NewSectionReader(d.held, 0, math.MaxInt64))
 }
