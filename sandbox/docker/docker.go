@@ -129,6 +129,7 @@ type Runner struct {
 	readyAt time.Time
 
 	pool *pool
+	bg   sync.WaitGroup // warm runs answered at their end line, until their exec ends
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -217,6 +218,7 @@ func (r *Runner) Env() sandbox.Environment {
 func (r *Runner) Close() error {
 	r.closed.Store(true)
 	r.pool.close()
+	r.bg.Wait()
 	return r.cli.Close()
 }
 
@@ -335,15 +337,18 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	// A warm exec if one covers the run (its deno already started and
 	// waiting), else a new one.
 	var payload []byte
-	var st *stream
-	if req.OnOutDir == nil { // a warm exec never keeps out/ for --collect
-		st = r.pool.take(warmKey(req, r.memoryMB))
-	}
+	st := r.pool.take(warmKey(req, r.memoryMB))
 	warm := st != nil
+	token := ""
 	if warm {
 		id = st.runID
+		if token, err = runpolicy.NewEndToken(); err != nil {
+			st.close()
+			return nil, err
+		}
 		claim, err := runpolicy.NewRunClaim(runpolicy.Run{ID: id, Timeout: req.Timeout, Hosts: req.AllowHosts,
-			AllHosts: req.AllowAllHosts, ReadPaths: req.ReadPaths, ProxyURL: req.ProxyURL}).Line()
+			AllHosts: req.AllowAllHosts, ReadPaths: req.ReadPaths, ProxyURL: req.ProxyURL,
+			KeepOut: req.OnOutDir != nil, End: token}).Line()
 		if err != nil {
 			st.close()
 			return nil, err
@@ -365,10 +370,21 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 			return nil, err
 		}
 	}
-	defer st.close()
+	keepStream := false // an answered warm run's exec ends in the background
+	defer func() {
+		if !keepStream {
+			st.close()
+		}
+	}()
 	att := st.att
-	st.out.set(stdout)
-	st.err.set(io.MultiWriter(stderr, tail))
+	outW, errW := io.Writer(stdout), io.Writer(io.MultiWriter(stderr, tail))
+	var outEnd, errEnd *runpolicy.EndWriter
+	if warm {
+		outEnd, errEnd = runpolicy.NewEndWriter(outW, token), runpolicy.NewEndWriter(errW, token)
+		outW, errW = outEnd, errEnd
+	}
+	st.out.set(outW)
+	st.err.set(errW)
 
 	// One watcher cuts the run when its hard deadline passes or ctx ends:
 	// first the wrapper kills the run's processes, then the stream closes.
@@ -396,11 +412,43 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		_, _ = att.Conn.Write(payload)
 		_ = att.CloseWrite()
 	}()
-	<-st.done
-	copyErr := st.copyErr
+	end, early := r.waitEnd(st, outEnd, errEnd, req.OnOutDir != nil)
 	duration := time.Since(start)
 	close(streamDone)
 	why := <-watchDone
+	if early && why == stopNone {
+		// The code is done: what is left (deno's teardown, the wrapper
+		// removing the run's files) needs nobody to wait for it.
+		keepStream = true
+		r.bg.Go(func() {
+			defer st.close()
+			timer := time.NewTimer(time.Until(hardDeadline))
+			defer timer.Stop()
+			select {
+			case <-st.done:
+			case <-timer.C:
+				r.kill(id)
+			}
+		})
+		stdout.Close()
+		stderr.Close()
+		res := &sandbox.Result{
+			Stdout:       stdout.String(),
+			Stderr:       stderr.String(),
+			ExitCode:     end.ExitCode,
+			Truncated:    stdout.Truncated() || stderr.Truncated(),
+			DroppedBytes: stdout.Dropped() + stderr.Dropped(),
+			Duration:     duration,
+		}
+		r.logDone(id, res, stdout, stderr, "early", true)
+		return res, nil
+	}
+	<-st.done
+	if warm {
+		outEnd.Flush()
+		errEnd.Flush()
+	}
+	copyErr := st.copyErr
 	stdout.Close()
 	stderr.Close()
 
@@ -499,10 +547,39 @@ func (r *Runner) handOut(ctx context.Context, id string, req sandbox.Request) {
 	req.OnOutDir(dir, skipped)
 }
 
-func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.Collector) {
-	r.log.Info("done", "run", id, "duration", res.Duration, "exit_code", res.ExitCode,
+// logDone logs a run's end; a warm run answered at its end line (before
+// its exec ended) says early=true.
+func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.Collector, more ...any) {
+	r.log.Info("done", append([]any{"run", id, "duration", res.Duration, "exit_code", res.ExitCode,
 		"timed_out", res.TimedOut, "oom", res.OutOfMemory,
-		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes)
+		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes}, more...)...)
+}
+
+// waitEnd waits for a run's exec to end or, for a warm run, for its end
+// line on both streams (see runpolicy.EndPrefix). It reports the end
+// line and true when the run can be answered now: it wrote its end line
+// and has no out/ files to collect (keepOut), which must wait for the
+// wrapper to be done with the run.
+func (r *Runner) waitEnd(st *stream, outEnd, errEnd *runpolicy.EndWriter, keepOut bool) (runpolicy.End, bool) {
+	if outEnd == nil {
+		<-st.done
+		return runpolicy.End{}, false
+	}
+	select {
+	case <-st.done:
+		return runpolicy.End{}, false
+	case <-outEnd.Done():
+	}
+	select {
+	case <-st.done:
+		return runpolicy.End{}, false
+	case <-errEnd.Done():
+	}
+	end, _ := outEnd.End()
+	if end.Out && keepOut {
+		return end, false
+	}
+	return end, true
 }
 
 // runEnv is the run's exec environment (runpolicy's wrapper contract,

@@ -3,7 +3,10 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +80,68 @@ console.log(JSON.stringify(out));`})
 		if len(left) == 0 {
 			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after Close: %q", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestWarmExecEndings: warm execs serve runs that keep files (the server
+// always asks for them), and a run whose code ends by itself is answered
+// at its end line with its output, exit code and files; one that ends by
+// Deno.exit or an uncaught error is answered when its exec ends. Nothing
+// is left in the sandbox afterwards, files or no files.
+func TestWarmExecEndings(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{})
+	logs := &testenv.LogBuffer{}
+	r := newRunner(t, Options{DockerHost: sb.FilterHost, PoolSize: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	keep := func(files *map[string]string) func(string, []string) {
+		return func(dir string, _ []string) {
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+				if *files == nil {
+					*files = map[string]string{}
+				}
+				(*files)[e.Name()] = string(b)
+			}
+		}
+	}
+	var none map[string]string
+	mustRun(t, r, sandbox.Request{Code: `console.log(0)`, OnOutDir: keep(&none)})
+	cases := []struct {
+		name, code, stdout string
+		exit               int
+		early              bool
+		files              map[string]string
+	}{
+		{name: "plain", code: `console.log(1)`, stdout: "1\n", early: true},
+		{name: "exit code set", code: `Deno.exitCode = 3; console.log("x")`, stdout: "x\n", exit: 3, early: true},
+		{name: "files", code: `await Deno.mkdir("out"); await Deno.writeTextFile("out/a.txt", "hi"); console.log("ok")`, stdout: "ok\n",
+			files: map[string]string{"a.txt": "hi"}},
+		{name: "Deno.exit", code: `console.log("bye"); Deno.exit(4)`, stdout: "bye\n", exit: 4},
+		{name: "uncaught", code: `throw new Error("boom")`, exit: 1},
+	}
+	for _, tc := range cases {
+		waitWarm(t, r, 1)
+		var files map[string]string
+		res := mustRun(t, r, sandbox.Request{Code: tc.code, OnOutDir: keep(&files)})
+		if res.Stdout != tc.stdout || res.ExitCode != tc.exit || fmt.Sprint(files) != fmt.Sprint(tc.files) {
+			t.Errorf("%s: exit %d stdout %q stderr %q files %v; want %d %q %v", tc.name, res.ExitCode, res.Stdout, res.Stderr, files, tc.exit, tc.stdout, tc.files)
+		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		if last := lines[len(lines)-1]; strings.Contains(last, "early=true") != tc.early {
+			t.Errorf("%s: answered early = %v, want %v (%s)", tc.name, !tc.early, tc.early, last)
+		}
+	}
+	if n := strings.Count(logs.String(), "warm=false"); n != 1 {
+		t.Errorf("%d runs started cold, want 1:\n%s", n, logs)
+	}
+	r.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for left := leftovers(t, sb); len(left) > 0; left = leftovers(t, sb) {
 		if time.Now().After(deadline) {
 			t.Fatalf("left behind after Close: %q", left)
 		}

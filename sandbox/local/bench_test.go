@@ -60,3 +60,27 @@ func reportMedian(b *testing.B, durations []time.Duration) {
 	}
 	b.ReportMetric(float64(median)/float64(time.Millisecond), "median-ms")
 }
+
+// BenchmarkWarmRunner is BenchmarkRunner with a warm pool, each run
+// taking a process that is already started (as an agent's calls, spaced
+// by its thinking, find them): compare with BenchmarkBareDeno.
+func BenchmarkWarmRunner(b *testing.B) {
+	r := newRunner(b, func(o *Options) { o.DenoPath = testenv.DenoBinary(b); o.PoolSize = 2 })
+	req := sandbox.Request{Code: benchCode, Timeout: time.Minute}
+	if _, err := r.Run(b.Context(), req); err != nil { // the first run starts cold and fills the pool
+		b.Fatal(err)
+	}
+	var durations []time.Duration
+	for b.Loop() {
+		for r.WarmIdle() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		start := time.Now()
+		res, err := r.Run(b.Context(), req)
+		durations = append(durations, time.Since(start))
+		if err != nil || res.Stdout != "1\n" {
+			b.Fatalf("Run: %+v, %v", res, err)
+		}
+	}
+	reportMedian(b, durations)
+}

@@ -109,6 +109,7 @@ type Runner struct {
 	closed  atomic.Bool
 
 	pool *pool
+	bg   sync.WaitGroup // removals of answered warm runs
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -229,6 +230,7 @@ func (r *Runner) Ready(ctx context.Context) error {
 func (r *Runner) Close() error {
 	r.closed.Store(true)
 	r.pool.close()
+	r.bg.Wait()
 	return nil
 }
 
@@ -368,14 +370,20 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		Duration:     duration,
 	}
 	res.OutOfMemory = !killed.Load() && isOOM(state, tail.String())
-	r.log.Info("done", "run", id, "duration", duration, "exit_code", res.ExitCode,
-		"timed_out", res.TimedOut, "oom", res.OutOfMemory,
-		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes)
+	r.logDone(id, res, stdout, stderr)
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}
 	r.pool.coldOK()
 	return res, nil
+}
+
+// logDone logs a run's end; a warm run answered at its end line (before
+// deno exited) says early=true.
+func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.Collector, more ...any) {
+	r.log.Info("done", append([]any{"run", id, "duration", res.Duration, "exit_code", res.ExitCode,
+		"timed_out", res.TimedOut, "oom", res.OutOfMemory,
+		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes}, more...)...)
 }
 
 // checkRequest refuses a request the runner cannot honour exactly.

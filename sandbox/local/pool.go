@@ -301,25 +301,29 @@ func (r *Runner) endWarm(w *warmProc) {
 	r.removeRun(w.id, w.spec.Scratch)
 }
 
-// runWarm runs req in the warm process w, narrowed by claim.
+// runWarm runs req in the warm process w, narrowed by claim. It answers
+// as soon as the bootstrap's end line says the code is done (see
+// runpolicy.EndPrefix), kills what is left of the process then, and
+// removes the run's files in the background; a run that ends otherwise
+// is answered when deno has exited, as a cold run is.
 func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim, req sandbox.Request, maxOutput int) (*sandbox.Result, error) {
-	defer r.removeRun(w.id, w.spec.Scratch)
-	defer w.stdout.Close()
-	defer w.stderr.Close()
 	pid := w.cmd.Process.Pid
-	code := runpolicy.CodeFile(w.spec.Scratch)
-	if err := os.WriteFile(code, []byte(req.Code), 0o600); err != nil {
-		_ = killGroup(pid)
-		<-w.done
-		w.stdin.Close()
-		return nil, scratchError(code, err)
+	scratch := w.spec.Scratch
+	token, err := runpolicy.NewEndToken()
+	if err != nil {
+		r.endWarm(w)
+		return nil, err
 	}
+	claim.End = token
 	line, err := claim.Line()
 	if err != nil {
-		_ = killGroup(pid)
-		<-w.done
-		w.stdin.Close()
+		r.endWarm(w)
 		return nil, err
+	}
+	code := runpolicy.CodeFile(scratch)
+	if err := os.WriteFile(code, []byte(req.Code), 0o600); err != nil {
+		r.endWarm(w)
+		return nil, scratchError(code, err)
 	}
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout, errRunTimeout)
@@ -330,12 +334,32 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 		_ = killGroup(pid)
 	})
 	stdout := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStdoutLine})
-	stderr := output.NewCollector(output.Options{Limit: maxOutput})
+	stderr := output.NewCollector(output.Options{Limit: maxOutput, OnLine: req.OnStderrLine})
 	tail := output.NewTail(stderrTail)
+	outEnd := runpolicy.NewEndWriter(stdout, token)
+	errEnd := runpolicy.NewEndWriter(io.MultiWriter(stderr, tail), token)
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); _, _ = io.Copy(stdout, w.stdout) }()
-	go func() { defer copies.Done(); _, _ = io.Copy(io.MultiWriter(stderr, tail), w.stderr) }()
+	go func() { defer copies.Done(); _, _ = io.Copy(outEnd, w.stdout); outEnd.Flush() }()
+	go func() { defer copies.Done(); _, _ = io.Copy(errEnd, w.stderr); errEnd.Flush() }()
+	// cleanup waits for deno's output to end (something that outlived
+	// deno and holds it open is killed), then removes the run's files.
+	cleanup := func() {
+		<-w.done
+		copied := make(chan struct{})
+		go func() { copies.Wait(); close(copied) }()
+		select {
+		case <-copied:
+		case <-time.After(waitDelay):
+			_ = killGroup(pid)
+			w.stdout.Close()
+			w.stderr.Close()
+			<-copied
+		}
+		w.stdout.Close()
+		w.stderr.Close()
+		r.removeRun(w.id, scratch)
+	}
 
 	r.log.Info("start", "run", w.id, "timeout", req.Timeout, "network", req.NetworkMode(), "warm", true)
 	start := time.Now()
@@ -343,9 +367,42 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	// error means deno is gone; its result says why.
 	_, _ = w.stdin.Write(line)
 	_ = w.stdin.Close()
-	<-w.done
+	early := false
+	select {
+	case <-w.done:
+	case <-outEnd.Done():
+		select {
+		case <-errEnd.Done():
+			early = true
+		case <-w.done:
+		}
+	}
 	duration := time.Since(start)
 	stopKill()
+	if early {
+		// The code is done and can write no more files: what is left
+		// is deno's teardown, which nobody needs to wait for.
+		_ = killGroup(pid)
+		end, _ := outEnd.End()
+		stdout.Close()
+		stderr.Close()
+		if req.OnOutDir != nil && ctx.Err() == nil {
+			req.OnOutDir(filepath.Join(scratch, "out"), nil)
+		}
+		r.bg.Go(cleanup)
+		res := &sandbox.Result{
+			Stdout:       stdout.String(),
+			Stderr:       stderr.String(),
+			ExitCode:     end.ExitCode,
+			Truncated:    stdout.Truncated() || stderr.Truncated(),
+			DroppedBytes: stdout.Dropped() + stderr.Dropped(),
+			Duration:     duration,
+		}
+		r.logDone(w.id, res, stdout, stderr, "early", true)
+		return res, nil
+	}
+	defer cleanup()
+	<-w.done
 	copied := make(chan struct{})
 	go func() { copies.Wait(); close(copied) }()
 	select {
@@ -359,6 +416,9 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	}
 	stdout.Close()
 	stderr.Close()
+	if req.OnOutDir != nil && ctx.Err() == nil {
+		req.OnOutDir(filepath.Join(scratch, "out"), nil)
+	}
 	state := w.cmd.ProcessState
 	if state == nil {
 		return nil, errors.New("wait for deno: no exit status")
@@ -373,9 +433,7 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 		Duration:     duration,
 	}
 	res.OutOfMemory = !killed.Load() && isOOM(state, tail.String())
-	r.log.Info("done", "run", w.id, "duration", duration, "exit_code", res.ExitCode,
-		"timed_out", res.TimedOut, "oom", res.OutOfMemory,
-		"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len(), "dropped_bytes", res.DroppedBytes)
+	r.logDone(w.id, res, stdout, stderr)
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}

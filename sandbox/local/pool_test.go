@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -243,6 +244,90 @@ func TestWarmTimeoutAndCancelKillTheGroup(t *testing.T) {
 	assertGone(t, <-pids)
 	if cold := coldRuns(logs); cold != 1 {
 		t.Errorf("%d runs started cold, want 1:\n%s", cold, logs)
+	}
+	r.Close()
+	assertNoRunDirs(t, r)
+}
+
+// lastDone is the last "done" log line.
+func lastDone(logs *testenv.LogBuffer) string {
+	lines := strings.Split(logs.String(), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "msg=done ") {
+			return lines[i]
+		}
+	}
+	return ""
+}
+
+// TestWarmRunEndings: a warm run whose code ends by itself is answered
+// at its end line (before deno has exited) with everything a run that
+// waited would have: stdout and stderr in order (the code's own unload
+// and exit listeners included), streamed stderr lines, the exit code it
+// set, and its out/ files. An end line with another token is the code's
+// output; a run that ends otherwise (Deno.exit, an uncaught error) is
+// answered when deno exits, with its own exit code.
+func TestWarmRunEndings(t *testing.T) {
+	t.Parallel()
+	r, logs := warmRunner(t, nil)
+	run(t, r, sandbox.Request{Code: `console.log(0)`})
+	forged := "\x1ecodeforge-end:" + strings.Repeat("0", 32) + ":0:0"
+	cases := []struct {
+		name, code, stdout, stderr string
+		exit                       int
+		early                      bool
+		files                      map[string]string
+	}{
+		{name: "plain", code: `console.log(1)`, stdout: "1\n", early: true},
+		{name: "exit code set", code: `Deno.exitCode = 3; console.log("x"); console.error("y")`, stdout: "x\n", stderr: "y\n", exit: 3, early: true},
+		{name: "listeners", code: `addEventListener("unload", () => console.log("unload"));
+process.on("exit", () => console.log("exit"));
+setTimeout(() => { addEventListener("unload", () => console.error("late unload")); console.log("timer"); }, 20);
+console.log("main");`, stdout: "main\ntimer\nunload\nexit\n", stderr: "late unload\n", early: true},
+		{name: "files", code: `await Deno.mkdir("out"); await Deno.writeTextFile("out/a.txt", "hi"); console.log("ok")`, stdout: "ok\n", early: true,
+			files: map[string]string{"a.txt": "hi"}},
+		{name: "forged end line", code: `console.log(` + strconv.Quote(forged) + `); console.log("after")`, stdout: forged + "\nafter\n", early: true},
+		{name: "Deno.exit", code: `console.log("bye"); Deno.exit(4)`, stdout: "bye\n", exit: 4},
+		{name: "uncaught", code: `console.log("before"); throw new Error("boom")`, stdout: "before\n", exit: 1},
+	}
+	for _, tc := range cases {
+		waitWarm(t, r, 1)
+		var lines []string
+		var files map[string]string
+		res := run(t, r, sandbox.Request{Code: tc.code,
+			OnStderrLine: func(l string) { lines = append(lines, l) },
+			OnOutDir: func(dir string, _ []string) {
+				entries, _ := os.ReadDir(dir)
+				for _, e := range entries {
+					b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+					if files == nil {
+						files = map[string]string{}
+					}
+					files[e.Name()] = string(b)
+				}
+			}})
+		stderr := res.Stderr
+		if tc.name == "uncaught" {
+			if !strings.Contains(stderr, "boom") {
+				t.Errorf("%s: stderr %q, want the error", tc.name, stderr)
+			}
+			stderr = ""
+		}
+		if res.Stdout != tc.stdout || stderr != tc.stderr || res.ExitCode != tc.exit {
+			t.Errorf("%s: exit %d stdout %q stderr %q; want %d %q %q", tc.name, res.ExitCode, res.Stdout, res.Stderr, tc.exit, tc.stdout, tc.stderr)
+		}
+		if done := lastDone(logs); strings.Contains(done, "early=true") != tc.early {
+			t.Errorf("%s: answered early = %v, want %v (%s)", tc.name, !tc.early, tc.early, done)
+		}
+		if tc.stderr != "" && strings.Join(lines, "\n")+"\n" != tc.stderr {
+			t.Errorf("%s: streamed stderr lines %q, want %q", tc.name, lines, tc.stderr)
+		}
+		if fmt.Sprint(files) != fmt.Sprint(tc.files) {
+			t.Errorf("%s: files %v, want %v", tc.name, files, tc.files)
+		}
+	}
+	if cold := coldRuns(logs); cold != 1 {
+		t.Errorf("%d runs started cold, want only the first:\n%s", cold, logs)
 	}
 	r.Close()
 	assertNoRunDirs(t, r)

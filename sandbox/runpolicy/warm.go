@@ -80,6 +80,8 @@ type Claim struct {
 	// RevokeRead names the warm Spec's extra read paths the run may not
 	// read.
 	RevokeRead []string `json:"revoke_read"`
+	// End is the run's end token (see EndPrefix); "" writes no end line.
+	End string `json:"end,omitempty"`
 }
 
 // Covers reports whether a warm process started with warm can serve a
@@ -135,8 +137,18 @@ func (c Claim) Line() ([]byte, error) {
 // failure before the code runs exits with ExitRefused and a message that
 // starts with MessagePrefix.
 const Bootstrap = `// CodeForge warm bootstrap (sandbox/runpolicy): one run, then exit.
+// What the end line needs is taken now, before any code of the run can
+// change the globals it comes from.
+const proc = globalThis.process;
+const encode = TextEncoder.prototype.encode.bind(new TextEncoder());
+const writeOut = Deno.stdout.writeSync.bind(Deno.stdout);
+const writeErr = Deno.stderr.writeSync.bind(Deno.stderr);
+const { revokeSync, querySync } = Object.fromEntries(["revokeSync", "querySync"].map((k) => [k, Deno.permissions[k].bind(Deno.permissions)]));
+const lstatSync = Deno.lstatSync;
+const NotFound = Deno.errors.NotFound;
+const exitCode = Object.getOwnPropertyDescriptor(Deno, "exitCode").get;
 const fail = (msg) => {
-  Deno.stderr.writeSync(new TextEncoder().encode("codeforge-run: " + msg + "\n"));
+  writeErr(encode("codeforge-run: " + msg + "\n"));
   Deno.exit(125);
 };
 const chunks = [];
@@ -159,6 +171,28 @@ for (const path of claim.revoke_read ?? []) revoke.push({ name: "read", path });
 for (const d of revoke) {
   const s = await Deno.permissions.revoke(d);
   if (s.state === "granted") fail("could not revoke " + JSON.stringify(d));
+}
+if (claim.end && proc) {
+  const token = claim.end;
+  const end = () => {
+    let out = 1;
+    try {
+      revokeSync({ name: "write" });
+      if (querySync({ name: "write" }).state !== "granted") {
+        try {
+          lstatSync("out");
+        } catch (e) {
+          if (e instanceof NotFound) out = 0;
+        }
+      }
+    } catch {
+      // out stays 1: the runner looks.
+    }
+    const line = encode("\x1ecodeforge-end:" + token + ":" + ((exitCode.call(Deno) ?? 0) & 255) + ":" + out + "\n");
+    writeOut(line);
+    writeErr(line);
+  };
+  addEventListener("unload", () => proc.once("exit", end));
 }
 await import(new URL("./entry.js", import.meta.url).href);
 `

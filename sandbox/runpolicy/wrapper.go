@@ -113,9 +113,13 @@ type Run struct {
 	MemoryMB  int // 0: SandboxMemoryMB
 	ReadPaths []string
 	ProxyURL  string
-	// KeepOut keeps the run's scratch directory after it ended by itself,
-	// for --collect (which, or --kill, removes it).
+	// KeepOut keeps the run's scratch directory after it ended by itself
+	// with an out/ directory, for --collect (which, or --kill, removes
+	// it).
 	KeepOut bool
+	// End is a warm run's end token (see EndPrefix): it comes with the
+	// claim, never in an environment. "" writes no end line.
+	End string
 }
 
 // CheckRunID says why id cannot name a run.
@@ -393,6 +397,8 @@ type RunClaim struct {
 	AllHosts  bool     `json:"all_hosts,omitempty"`
 	ReadPaths []string `json:"read_paths,omitempty"`
 	ProxyURL  string   `json:"proxy,omitempty"`
+	KeepOut   bool     `json:"keep_out,omitempty"`
+	End       string   `json:"end,omitempty"`
 }
 
 // MaxClaimLine bounds the claim line a warm exec reads.
@@ -403,6 +409,7 @@ func NewRunClaim(run Run) RunClaim {
 	return RunClaim{
 		TimeoutMS: int64(RoundTimeout(run.Timeout) / time.Millisecond),
 		Hosts:     run.Hosts, AllHosts: run.AllHosts, ReadPaths: run.ReadPaths, ProxyURL: run.ProxyURL,
+		KeepOut: run.KeepOut, End: run.End,
 	}
 }
 
@@ -425,9 +432,14 @@ func ParseRunClaim(line []byte, warm Run) (Run, error) {
 		return Run{}, fmt.Errorf("run claim: %v", err)
 	}
 	r := Run{ID: warm.ID, MemoryMB: warm.MemoryMB, Timeout: time.Duration(c.TimeoutMS) * time.Millisecond,
-		Hosts: c.Hosts, AllHosts: c.AllHosts, ReadPaths: c.ReadPaths, ProxyURL: c.ProxyURL}
+		Hosts: c.Hosts, AllHosts: c.AllHosts, ReadPaths: c.ReadPaths, ProxyURL: c.ProxyURL, KeepOut: c.KeepOut, End: c.End}
 	if err := r.Check(); err != nil {
 		return Run{}, fmt.Errorf("run claim: %w", err)
+	}
+	if c.End != "" {
+		if err := CheckEndToken(c.End); err != nil {
+			return Run{}, fmt.Errorf("run claim: %w", err)
+		}
 	}
 	return r, nil
 }

@@ -185,6 +185,8 @@ func (w *wrapper) warm() (int, error) {
 		if !ok {
 			return nil, 0, refuse("the run needs permissions this warm exec was not started with")
 		}
+		claim.End = run.End
+		rd.keepOut = run.KeepOut
 		code, err := io.ReadAll(io.LimitReader(in, maxCode+1))
 		if err != nil || len(code) > maxCode {
 			return nil, 0, refuse("read the code: %v (at most %d bytes)", err, maxCode)
@@ -263,7 +265,7 @@ type runDir struct {
 	spec        runpolicy.Spec
 	cleanup     func()
 	// keepOut keeps the scratch directory (not the cache) of a run that
-	// ended by itself, for --collect.
+	// ended by itself with an out/ directory, for --collect.
 	keepOut, ended bool
 }
 
@@ -283,7 +285,7 @@ func (w *wrapper) prepare(r runpolicy.Run) (*runDir, int, error) {
 	rd.cleanup = func() {
 		_ = os.Remove(rd.pidfile)
 		var err error
-		if rd.keepOut && rd.ended {
+		if rd.keepOut && rd.ended && exists(filepath.Join(spec.Scratch, "out")) {
 			err = runpolicy.RemoveTree(spec.DenoDir)
 		} else {
 			err = runpolicy.RemoveRun(spec.Scratch)

@@ -1,0 +1,173 @@
+package runpolicy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+)
+
+// A warm run answers as soon as its code is done, not when its deno has
+// exited: tearing a deno process down (V8's heap, its threads, then the
+// kernel freeing a large address space) takes tens of milliseconds, as
+// long as the rest of a small run. When a claim carries an end token,
+// the bootstrap writes an end line to stdout and then to stderr from the
+// last thing deno runs before exiting by itself (a process "exit"
+// listener added while "unload" is dispatched, so after every "unload"
+// and "exit" listener the code added before). Before it writes the line
+// it revokes its own write permission, so the code can no longer change
+// its files, and it says whether out/ exists then.
+//
+// The line is EndPrefix, the token, ":", the exit code, ":", 1 if out/
+// exists (or may: it could not tell) else 0, and a newline. The token is
+// random per run and only the bootstrap knows it (the code cannot read
+// the claim), so the code cannot end its run early by printing the line.
+// A run that ends any other way (an uncaught error, Deno.exit, a kill)
+// writes no end line: its runner waits for deno to exit, as for a cold
+// run.
+
+// EndPrefix starts an end line.
+const EndPrefix = "\x1ecodeforge-end:"
+
+// NewEndToken is a fresh random end token.
+func NewEndToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("end token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// CheckEndToken refuses a token that is not 32 lowercase hex digits.
+func CheckEndToken(t string) error {
+	if len(t) != 32 {
+		return fmt.Errorf("end token %q is not 32 hex digits", trim(t))
+	}
+	for _, c := range []byte(t) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("end token %q is not 32 lowercase hex digits", trim(t))
+		}
+	}
+	return nil
+}
+
+// End is what an end line says.
+type End struct {
+	ExitCode int
+	// Out is false when the run's out/ did not exist once its write
+	// permission was gone: it has no files to hand back.
+	Out bool
+}
+
+// EndWriter passes a stream of a run's output on to its writer, up to
+// the run's end line, which it takes out (with anything after it). It
+// holds back a tail that could be the start of the end line until it
+// knows; Flush writes it when the stream ends without one.
+type EndWriter struct {
+	dst    io.Writer
+	prefix []byte
+
+	mu      sync.Mutex
+	pending []byte
+	end     *End
+	done    chan struct{}
+}
+
+// NewEndWriter passes output to dst until the end line of token.
+func NewEndWriter(dst io.Writer, token string) *EndWriter {
+	return &EndWriter{dst: dst, prefix: []byte(EndPrefix + token + ":"), done: make(chan struct{})}
+}
+
+// maxEndRest bounds what may follow the prefix before the newline.
+const maxEndRest = 16
+
+// Write implements io.Writer. It never fails because of dst: a run's
+// output writer keeps what fits and counts the rest.
+func (e *EndWriter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.end != nil {
+		return len(p), nil
+	}
+	e.pending = append(e.pending, p...)
+	for {
+		i := bytes.Index(e.pending, e.prefix)
+		if i < 0 {
+			break
+		}
+		rest := e.pending[i+len(e.prefix):]
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 && len(rest) <= maxEndRest {
+			e.emit(i) // the rest of the line is still to come
+			return len(p), nil
+		}
+		if end, ok := parseEnd(rest[:max(nl, 0)]); ok && nl >= 0 {
+			e.emit(i)
+			e.pending = nil
+			e.end = &end
+			close(e.done)
+			return len(p), nil
+		}
+		// Not an end line after all: it is output.
+		e.emit(i + len(e.prefix))
+	}
+	e.emit(len(e.pending) - overlap(e.pending, e.prefix))
+	return len(p), nil
+}
+
+// emit writes pending[:n] on and keeps the rest.
+func (e *EndWriter) emit(n int) {
+	if n > 0 {
+		_, _ = e.dst.Write(e.pending[:n])
+		e.pending = append(e.pending[:0], e.pending[n:]...)
+	}
+}
+
+// Flush writes what is held back: the stream ended.
+func (e *EndWriter) Flush() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.end == nil {
+		e.emit(len(e.pending))
+	}
+}
+
+// Done is closed once the end line has been seen.
+func (e *EndWriter) Done() <-chan struct{} { return e.done }
+
+// End is the end line's content, once Done is closed.
+func (e *EndWriter) End() (End, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.end == nil {
+		return End{}, false
+	}
+	return *e.end, true
+}
+
+// overlap is the length of the longest suffix of b that is a proper
+// prefix of prefix.
+func overlap(b, prefix []byte) int {
+	for n := min(len(b), len(prefix)-1); n > 0; n-- {
+		if bytes.HasSuffix(b, prefix[:n]) {
+			return n
+		}
+	}
+	return 0
+}
+
+// parseEnd reads "CODE:OUT".
+func parseEnd(b []byte) (End, bool) {
+	code, out, ok := bytes.Cut(b, []byte(":"))
+	if !ok || (string(out) != "0" && string(out) != "1") {
+		return End{}, false
+	}
+	n, err := strconv.Atoi(string(code))
+	if err != nil || n < 0 || n > 255 {
+		return End{}, false
+	}
+	return End{ExitCode: n, Out: string(out) == "1"}, true
+}
