@@ -10,7 +10,9 @@
 #      denoland/deno:bin-2.9.6 when present or pullable, otherwise (or always
 #      with --offline) builds local stand-ins with deploy/build-base-images.sh
 #      (debootstrap + Deno from npm; no registry needed);
-#   3. docker compose build (--no-cache passes through), docker compose up -d;
+#   3. makes sure .env exists (an empty one, mode 0640, when missing): the
+#      proxy container mounts it and reads it again on every reload;
+#      docker compose build (--no-cache passes through), docker compose up -d;
 #   4. waits for http://127.0.0.1:${CODEFORGE_PORT:-8080}/health (up to
 #      ${CODEFORGE_READY_TIMEOUT:-120} s), showing the logs if it never gets ready.
 # --transparent adds deploy/transparent/compose.transparent.yml (the proxy in
@@ -28,7 +30,7 @@ for arg in "$@"; do
 	--offline) offline=1 ;;
 	--transparent) export COMPOSE_FILE=docker-compose.yml:deploy/transparent/compose.transparent.yml ;;
 	-h | --help)
-		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -46,6 +48,33 @@ die() {
 command -v go >/dev/null || die "Go is needed to build the codeforge binary (install Go 1.26)"
 docker info >/dev/null 2>&1 || die "no Docker engine answers: run deploy/install-docker.sh (as root)"
 docker compose version >/dev/null 2>&1 || die "Docker Compose v2 is missing: run deploy/install-docker.sh (as root)"
+
+# .env: the proxy's secrets (and compose's variables). The proxy container
+# mounts it read-only and reads it again on every reload (docker-compose.yml),
+# so it must exist before compose starts (a missing bind source would be
+# refused); new ones are 0640, readable by their owner's group, through which
+# the proxy (uid 10001) reads it: CODEFORGE_ENV_GID, recorded in .env itself
+# when it is not root's group 0 (compose's default), so that later plain
+# docker compose commands agree.
+if [ -e .env ] && [ ! -f .env ]; then
+	die ".env is not a regular file (a directory, made by an older bind mount of a missing file?): remove it and run rebuild.sh again, or make it a file of NAME=value lines"
+fi
+if [ ! -e .env ]; then
+	(umask 027 && : >.env) || die "cannot create .env"
+	echo "rebuild.sh: created an empty .env (mode 0640): put API secrets there (README: Adding an API)" >&2
+fi
+env_gid=$(stat -c %g .env 2>/dev/null || stat -f %g .env) || die "cannot stat .env"
+if [ -z "$(find .env -perm -g+r)" ]; then
+	chmod g+r .env || die "cannot make .env readable by its group (the proxy container reads it through that group)"
+	echo "rebuild.sh: made .env readable by its group ($env_gid): the proxy container reads it through that group" >&2
+fi
+if [ -n "${CODEFORGE_ENV_GID:-}" ] && [ "$CODEFORGE_ENV_GID" != "$env_gid" ]; then
+	echo "rebuild.sh: CODEFORGE_ENV_GID=$CODEFORGE_ENV_GID is not the group of .env ($env_gid): the proxy may be unable to read it" >&2
+fi
+if [ -z "${CODEFORGE_ENV_GID:-}" ] && [ "$env_gid" != 0 ] && ! grep -q '^[[:space:]]*CODEFORGE_ENV_GID[[:space:]]*=' .env; then
+	printf '# the group through which the proxy container reads this file (rebuild.sh)\nCODEFORGE_ENV_GID=%s\n' "$env_gid" >>.env
+fi
+export CODEFORGE_ENV_GID=${CODEFORGE_ENV_GID:-$env_gid}
 
 # the published port, as compose sees it: the shell, then .env
 port=${CODEFORGE_PORT:-}

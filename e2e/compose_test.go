@@ -25,21 +25,31 @@ type composeConfig struct {
 		MemLimit    string   `json:"mem_limit"`
 		Tmpfs       []string `json:"tmpfs"`
 		EnvFile     []any    `json:"env_file"`
+		GroupAdd    []string `json:"group_add"`
 		Environment map[string]*string
 		Ports       []struct {
 			HostIP string `json:"host_ip"`
 		}
-		Volumes []struct {
-			Type     string
-			Source   string
-			Target   string
-			ReadOnly bool `json:"read_only"`
-		}
+		Volumes []composeVolume
 	}
 	Networks map[string]struct {
 		Internal bool
 	}
 }
+
+// composeVolume is one resolved mount.
+type composeVolume struct {
+	Type     string
+	Source   string
+	Target   string
+	ReadOnly bool `json:"read_only"`
+	Bind     *struct {
+		CreateHostPath bool `json:"create_host_path"`
+	}
+}
+
+// proxyEnvFile is where docker-compose.yml mounts .env into the proxy.
+const proxyEnvFile = "/run/codeforge/.env"
 
 // TestComposeHardening reads docker-compose.yml as Compose resolves it and
 // checks the security properties each container must have (SECURITY.md):
@@ -83,8 +93,21 @@ func TestComposeHardening(t *testing.T) {
 				t.Errorf("%s mounts the control token volume writable", name)
 			}
 		}
-		if len(s.EnvFile) > 0 && name != "proxy" {
-			t.Errorf("%s reads an env_file: only the proxy may hold secrets", name)
+		// The secrets come only through the proxy's read-only mount of
+		// .env (re-read on reload); env_file is read once, at creation.
+		if len(s.EnvFile) > 0 {
+			t.Errorf("%s reads an env_file: the proxy mounts .env instead (re-read on reload), and no one else may hold secrets", name)
+		}
+		for _, v := range s.Volumes {
+			if (strings.HasSuffix(v.Source, "/.env") || v.Target == proxyEnvFile) && name != "proxy" {
+				t.Errorf("%s mounts %s at %s: only the proxy may hold secrets", name, v.Source, v.Target)
+			}
+		}
+		if _, ok := s.Environment["CODEFORGE_ENV_FILE"]; ok && name != "proxy" {
+			t.Errorf("%s sets CODEFORGE_ENV_FILE: only the proxy reads the secrets", name)
+		}
+		if len(s.GroupAdd) > 0 && name != "proxy" {
+			t.Errorf("%s has group_add %v; only the proxy (to read .env through its group) may", name, s.GroupAdd)
 		}
 		for _, p := range s.Ports {
 			if p.HostIP != "127.0.0.1" {
@@ -94,6 +117,20 @@ func TestComposeHardening(t *testing.T) {
 		if len(s.Ports) > 0 && name != "server" {
 			t.Errorf("%s publishes a port; only the server may", name)
 		}
+	}
+
+	px := c.Services["proxy"]
+	if ef := px.Environment["CODEFORGE_ENV_FILE"]; ef == nil || *ef != proxyEnvFile {
+		t.Errorf("proxy: CODEFORGE_ENV_FILE = %v, want %s (the mounted .env)", ef, proxyEnvFile)
+	}
+	if !slices.ContainsFunc(px.Volumes, func(v composeVolume) bool {
+		return v.Type == "bind" && strings.HasSuffix(v.Source, "/.env") && v.Target == proxyEnvFile && v.ReadOnly &&
+			v.Bind != nil && !v.Bind.CreateHostPath
+	}) {
+		t.Errorf("proxy: no read-only bind mount of .env at %s that refuses a missing file (a directory would be made): %+v", proxyEnvFile, px.Volumes)
+	}
+	if !slices.Equal(px.GroupAdd, []string{"0"}) {
+		t.Errorf("proxy: group_add %v, want [0] (CODEFORGE_ENV_GID's default)", px.GroupAdd)
 	}
 
 	sb := c.Services["sandbox"]

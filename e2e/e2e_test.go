@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,6 +31,7 @@ func TestE2E(t *testing.T) {
 	t.Run("HelloWorld", func(t *testing.T) { testHelloWorld(t, cs) })
 	t.Run("ListAPIsShowsNamesNotSecrets", func(t *testing.T) { testListAPIs(t, st, cs) })
 	t.Run("CredentialSubstitution", func(t *testing.T) { testCredentialSubstitution(t, st, cs) })
+	t.Run("SecretAddedWithoutRestart", func(t *testing.T) { testSecretAddedWithoutRestart(t, st, cs, true) })
 	t.Run("RestrictedMethod", func(t *testing.T) { testRestrictedMethod(t, st, cs) })
 	t.Run("UnconfiguredHostBlocked", func(t *testing.T) { testUnconfiguredHost(t, cs) })
 	t.Run("RawTCPOnlyToProxy", func(t *testing.T) { testRawTCP(t, st, cs) })
@@ -66,10 +68,15 @@ func testListAPIs(t *testing.T, st *stack, cs *mcp.ClientSession) {
 // echoFetch is code that calls the test API and prints the status and the
 // echo it got back.
 func echoFetch(method string, headers map[string]string) string {
+	return echoFetchHost(apiHost, method, headers)
+}
+
+// echoFetchHost is echoFetch to the test API under another of its names.
+func echoFetchHost(host, method string, headers map[string]string) string {
 	h, _ := json.Marshal(headers)
 	return fmt.Sprintf(`const r = await fetch("https://%s/echo?q=1", {method: %q, headers: %s});
 console.log(r.status);
-console.log(await r.text());`, apiHost, method, h)
+console.log(await r.text());`, host, method, h)
 }
 
 func testCredentialSubstitution(t *testing.T, st *stack, cs *mcp.ClientSession) {
@@ -83,6 +90,118 @@ func testCredentialSubstitution(t *testing.T, st *stack, cs *mcp.ClientSession) 
 	if !slices.ContainsFunc(net, func(e netEntry) bool { return e.Host == apiHost && e.Injected && e.Status == 200 }) {
 		t.Errorf("network log %+v has no injected request to %s", net, apiHost)
 	}
+}
+
+// The API the README's "Adding an API" flow adds to the running stack:
+// the test API under its second name, with a secret in a new variable.
+const (
+	addedAPIName   = "added"
+	addedAPIHost   = "api2" // an alias of the api service (e2e/compose.test.yml)
+	addedTokenName = "ADDED_TOKEN"
+	addedVariable  = "E2E_ADDED_SECRET"
+)
+
+// testSecretAddedWithoutRestart follows the README's "Adding an API" on
+// the running Docker stack: a new API config whose secret is a new
+// variable, that variable appended to .env (the stack's env file, mounted
+// where the proxy reads .env), the documented reload (docker compose kill
+// -s HUP proxy server). A run then reaches the API with the real secret
+// substituted, and never sees it; the process environment still wins over
+// the file; no container was restarted or recreated. With env_file, read
+// only when the container is created, the new variable never arrives.
+// Last, the file replaced on the host (as editors and sed -i save): the
+// proxy, which keeps seeing the old file through its mount, says so and
+// how to fix it. perRunLog: runs have a network log of their own (explicit
+// mode; transparent mode has none).
+func testSecretAddedWithoutRestart(t *testing.T, st *stack, cs *mcp.ClientSession, perRunLog bool) {
+	before := st.containerStates(t)
+	secret := "e2e-added-" + randomHex(t, 16)
+
+	dir := filepath.Join(st.dir, "apis", addedAPIName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := json.Marshal(map[string]any{
+		"description": "an API added while the stack runs",
+		"domains":     []string{addedAPIHost},
+		"credentials": map[string]string{addedTokenName: "${" + addedVariable + "}"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f, err := os.OpenFile(st.envFile(), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(f, "%s=%s\n", addedVariable, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st.mustCompose(t, "kill", "-s", "HUP", "proxy", "server")
+
+	// The signal is handled in the background: try until a run gets through.
+	code := echoFetchHost(addedAPIHost, "GET", map[string]string{"Authorization": "Bearer " + addedTokenName})
+	var res *mcp.CallToolResult
+	deadline := time.Now().Add(time.Minute)
+	for {
+		res = run(t, cs, code, map[string]any{"apis": []string{addedAPIName}})
+		if raw, _ := json.Marshal(res); strings.Contains(string(raw), secret) {
+			t.Fatalf("the new secret reached the sandbox's output: %s", raw)
+		}
+		if strings.HasPrefix(stdout(res), "200\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no run reached the added API within a minute of the reload (a secret added to .env needs no restart); last result: %s\nproxy log:\n%s",
+				text(res), st.mustCompose(t, "logs", "--no-color", "--tail", "20", "proxy"))
+		}
+		time.Sleep(time.Second)
+	}
+	checkEchoSecret(t, res, addedTokenName, secret)
+	if net := structured(t, res).Network; perRunLog && !slices.ContainsFunc(net, func(e netEntry) bool { return e.Host == addedAPIHost && e.Injected && e.Status == 200 }) {
+		t.Errorf("network log %+v has no injected request to %s", net, addedAPIHost)
+	}
+	// The file names E2E_API_SECRET too, with another value: the proxy's
+	// environment wins, after the reload as before it.
+	checkEcho(t, st, run(t, cs, echoFetch("GET", map[string]string{"Authorization": "Bearer " + tokenName}), map[string]any{"apis": []string{apiName}}))
+
+	if after := st.containerStates(t); !maps.Equal(before, after) {
+		t.Errorf("containers were restarted or recreated by the reload:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// Replaced, not edited in place: the mount keeps the old file.
+	replacement := st.envFile() + ".new"
+	if err := os.WriteFile(replacement, []byte(addedVariable+"=replaced-"+secret+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(replacement, st.envFile()); err != nil {
+		t.Fatal(err)
+	}
+	st.mustCompose(t, "kill", "-s", "HUP", "proxy")
+	waitFor(t, time.Minute, "the proxy to report the replaced .env", func() bool {
+		return strings.Contains(st.mustCompose(t, "logs", "--no-color", "proxy"), "replaced on the host")
+	})
+	if logs := st.mustCompose(t, "logs", "--no-color", "proxy"); !strings.Contains(logs, "--force-recreate proxy") {
+		t.Errorf("the proxy's report does not say how to fix it:\n%s", logs)
+	}
+}
+
+// containerStates identifies each of the stack's containers and its run:
+// ID, start time and restart count, by service.
+func (st *stack) containerStates(t *testing.T) map[string]string {
+	t.Helper()
+	states := map[string]string{}
+	for _, svc := range []string{"api", "dockerfilter", "netguard", "proxy", "sandbox", "server"} {
+		id := st.container(t, svc)
+		states[svc] = id[:12] + " " + inspect(t, id, "{{.State.StartedAt}} restarts={{.RestartCount}}")
+	}
+	return states
 }
 
 func testRestrictedMethod(t *testing.T, st *stack, cs *mcp.ClientSession) {

@@ -38,6 +38,9 @@ const (
 	apiName    = "testapi" // directory name of the test API config
 	apiHost    = "api"     // the api service's name: the host code fetches
 	tokenName  = "TOKEN_NAME"
+	// fileSecretLoses is E2E_API_SECRET's value in the stack's env file:
+	// the proxy's environment sets it too, and the environment wins.
+	fileSecretLoses = "from-the-env-file-the-environment-wins"
 	// sandboxProxyAddr is the proxy's address inside the sandbox's network
 	// namespace (deploy/sandbox/netguard).
 	sandboxProxyAddr = "192.0.2.1"
@@ -85,7 +88,7 @@ func reap() int {
 // stack is one running CodeForge compose stack.
 type stack struct {
 	root     string // repository root: the compose project directory
-	dir      string // the test's temporary directory: certs/, apis/, empty.env
+	dir      string // the test's temporary directory: certs/, apis/, empty.env, proxy.env
 	project  string // unique compose project name, cf-e2e-<random>
 	port     int    // the server's published port on 127.0.0.1
 	secret   string // the real credential value behind TOKEN_NAME
@@ -137,7 +140,7 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 	// the API config naming the secret's environment variable, an empty
 	// env file (the developer's .env must not leak in).
 	ca := testenv.NewCA(tb)
-	_, certPEM, keyPEM := ca.Leaf(tb, apiHost)
+	_, certPEM, keyPEM := ca.Leaf(tb, apiHost, addedAPIHost)
 	st.caPEM = ca.PEM
 	if st.dir, err = os.MkdirTemp("", "cf-e2e-"); err != nil {
 		tb.Fatal(err)
@@ -146,6 +149,10 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 	if err := st.writeFiles(certPEM, keyPEM); err != nil {
 		os.RemoveAll(st.dir)
 		tb.Fatalf("test files: %v", err)
+	}
+	fi, err := os.Stat(st.envFile())
+	if err != nil {
+		tb.Fatal(err)
 	}
 	st.port = freePort(tb)
 	st.endpoint = fmt.Sprintf("http://127.0.0.1:%d/mcp", st.port)
@@ -159,6 +166,9 @@ func startStack(tb testing.TB, overrides ...string) *stack {
 		"CF_E2E_PROJECT="+st.project,
 		"CF_E2E_OVERRIDES="+strings.Join(st.overrides, ","),
 		"E2E_API_SECRET="+st.secret,
+		// the group through which the proxy reads proxy.env, as rebuild.sh
+		// passes the group of .env
+		"CODEFORGE_ENV_GID="+strconv.FormatUint(uint64(fi.Sys().(*syscall.Stat_t).Gid), 10),
 	)
 	st.startReaper(tb)
 	tb.Cleanup(func() { st.down(tb) })
@@ -197,7 +207,9 @@ func cleanEnv() []string {
 }
 
 // writeFiles writes the test's files into st.dir: the CA (st.caPEM), the
-// api container's certificate and key, the API config and an empty env file.
+// api container's certificate and key, the API config, an empty env file
+// for compose and the proxy's env file (in place of .env), 0640 like the
+// .env rebuild.sh makes: the proxy reads it through the file's group.
 func (st *stack) writeFiles(certPEM, keyPEM []byte) error {
 	if err := os.Chmod(st.dir, 0o755); err != nil {
 		return err
@@ -232,8 +244,16 @@ func (st *stack) writeFiles(certPEM, keyPEM []byte) error {
 			return err
 		}
 	}
-	return nil
+	env := st.envFile()
+	if err := os.WriteFile(env, []byte("E2E_API_SECRET="+fileSecretLoses+"\n"), 0o640); err != nil {
+		return err
+	}
+	return os.Chmod(env, 0o640) // whatever the umask
 }
+
+// envFile is the stack's .env: e2e/compose.test.yml mounts it into the
+// proxy where docker-compose.yml mounts .env.
+func (st *stack) envFile() string { return filepath.Join(st.dir, "proxy.env") }
 
 // startReaper starts this test binary again as the reaper (TestMain), in
 // its own process group so that a ^C aimed at go test leaves it alive to
@@ -751,6 +771,12 @@ func resolvedCompose(t *testing.T, overrides ...string) []byte {
 // name, and the secret is nowhere in the output.
 func checkEcho(t *testing.T, st *stack, res *mcp.CallToolResult) {
 	t.Helper()
+	checkEchoSecret(t, res, tokenName, st.secret)
+}
+
+// checkEchoSecret is checkEcho for any token name and its secret.
+func checkEchoSecret(t *testing.T, res *mcp.CallToolResult, tokenName, secret string) {
+	t.Helper()
 	out := text(res)
 	status, body, _ := strings.Cut(stdout(res), "\n")
 	if status != "200" {
@@ -763,14 +789,14 @@ func checkEcho(t *testing.T, st *stack, res *mcp.CallToolResult) {
 	if err := json.Unmarshal([]byte(body), &echo); err != nil {
 		t.Fatalf("echo body %q: %v", body, err)
 	}
-	sum := sha256.Sum256([]byte("Bearer " + st.secret))
+	sum := sha256.Sum256([]byte("Bearer " + secret))
 	if echo.AuthSHA256 != hex.EncodeToString(sum[:]) {
 		t.Errorf("the API did not receive the real credential (sha256 %s)", echo.AuthSHA256)
 	}
 	if echo.Authorization != "Bearer "+tokenName {
 		t.Errorf("the code saw Authorization %q echoed back, want the token name", echo.Authorization)
 	}
-	if strings.Contains(out, st.secret) {
+	if strings.Contains(out, secret) {
 		t.Error("the secret value reached the code's output")
 	}
 }

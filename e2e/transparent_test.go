@@ -30,6 +30,9 @@ func TestTransparentMode(t *testing.T) {
 	cs := st.connect(t, nil)
 
 	t.Run("CredentialSubstitution", func(t *testing.T) { testTransparentCredentials(t, st, cs) })
+	// The proxy reads .env as root, then gives root up: a reload still
+	// reads it (settings.Dotenv, through the descriptor it opened).
+	t.Run("SecretAddedWithoutRestart", func(t *testing.T) { testSecretAddedWithoutRestart(t, st, cs, false) })
 	t.Run("RestrictedMethod", func(t *testing.T) { testRestrictedMethod(t, st, cs) })
 	t.Run("UnconfiguredHostRefused", func(t *testing.T) { testTransparentUnconfigured(t, st, cs) })
 	t.Run("RawTCPOnlyThroughRedirect", func(t *testing.T) { testTransparentRawTCP(t, st) })

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,5 +73,68 @@ func TestDotenvFollowsTheFile(t *testing.T) {
 	}
 	if _, err := NewDotenv(base, bad, nil); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("malformed file at start: err %v; want one naming the file", err)
+	}
+}
+
+// A process that gives up root after starting (the transparent-mode proxy)
+// may no longer open .env by its path; a reload still reads it, in-place
+// edits included, through the descriptor opened at the start — but only
+// while that is the file at the path: a new file there is refused with a
+// message naming the fix.
+func TestDotenvReadsAgainAfterDroppingPrivileges(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(path, []byte("OLD=old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reported []error
+	d, err := NewDotenv(func(string) (string, bool) { return "", false }, path, func(err error) { reported = append(reported, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From now on the process may not open the file (as after setuid).
+	d.open = func(name string) (*os.File, error) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("NEW=appended\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	bump(t, path, time.Hour)
+	if v, ok := d.Lookup("NEW"); !ok || v != "appended" {
+		t.Errorf("NEW = %q, %v after an in-place edit; want it read through the descriptor opened at the start (reported %v)", v, ok, reported)
+	}
+	if v, _ := d.Lookup("OLD"); v != "old" {
+		t.Errorf("OLD = %q", v)
+	}
+
+	// Replaced: the held descriptor is another file now.
+	next := path + ".new"
+	if err := os.WriteFile(next, []byte("NEW=replaced\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, path); err != nil {
+		t.Fatal(err)
+	}
+	bump(t, path, 30*time.Minute)
+	if v, _ := d.Lookup("NEW"); v != "appended" {
+		t.Errorf("NEW = %q after the file was replaced by one this process may not open; want the values read before", v)
+	}
+	if len(reported) != 1 || !strings.Contains(reported[0].Error(), "may not read it") || !strings.Contains(reported[0].Error(), "CODEFORGE_ENV_GID") {
+		t.Errorf("reported %v; want one permission error naming the fix", reported)
+	}
+}
+
+// bump gives path a modification time of its own (now minus age), as
+// edits minutes apart have.
+func bump(t *testing.T, path string, age time.Duration) {
+	t.Helper()
+	mt := time.Now().Add(-age)
+	if err := os.Chtimes(path, mt, mt); err != nil {
+		t.Fatal(err)
 	}
 }
