@@ -361,7 +361,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if !warm {
 		payload = []byte(req.Code)
 		setupCtx, cancelSetup := context.WithDeadline(ctx, hardDeadline)
-		st, err = r.openExec(setupCtx, id, []string{wrapper}, env)
+		st, err = r.openExec(setupCtx, id, []string{wrapper}, env, false)
 		cancelSetup()
 		if err != nil {
 			if ctx.Err() != nil {

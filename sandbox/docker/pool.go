@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
@@ -40,23 +41,36 @@ func (s *stream) ended() bool {
 	}
 }
 
-// lateWriter buffers up to 64 KB until set gives it its writer.
+// lateWriter buffers up to 64 KB until set gives it its writer. With a
+// ready channel, the stream's first byte must be runpolicy.ReadyByte: it
+// is taken out and closes ready (a warm exec's deno has started).
 type lateWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	buf bytes.Buffer
+	mu    sync.Mutex
+	w     io.Writer
+	buf   bytes.Buffer
+	ready chan struct{} // set before the stream is copied, never changed
+	first bool          // the first byte has been seen
 }
 
 func (l *lateWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := len(p)
+	if l.ready != nil && !l.first && len(p) > 0 {
+		l.first = true
+		if p[0] == runpolicy.ReadyByte {
+			close(l.ready)
+			p = p[1:]
+		} // else something else came first: never ready
+	}
 	if l.w != nil {
-		return l.w.Write(p)
+		_, err := l.w.Write(p)
+		return n, err
 	}
 	if room := 64<<10 - l.buf.Len(); room > 0 {
 		l.buf.Write(p[:min(len(p), room)])
 	}
-	return len(p), nil
+	return n, nil
 }
 
 func (l *lateWriter) set(w io.Writer) {
@@ -70,8 +84,9 @@ func (l *lateWriter) set(w io.Writer) {
 }
 
 // openExec creates and starts (attached) an exec of cmd with env for run
-// runID, and starts copying its output.
-func (r *Runner) openExec(ctx context.Context, runID string, cmd, env []string) (*stream, error) {
+// runID, and starts copying its output. A warm exec's first stdout byte
+// is its deno's ReadyByte (see lateWriter).
+func (r *Runner) openExec(ctx context.Context, runID string, cmd, env []string, warm bool) (*stream, error) {
 	created, err := r.cli.ExecCreate(ctx, r.container, client.ExecCreateOptions{
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Env: env, Cmd: cmd,
@@ -86,6 +101,9 @@ func (r *Runner) openExec(ctx context.Context, runID string, cmd, env []string) 
 		return nil, fmt.Errorf("docker exec start: %w", err)
 	}
 	s := &stream{runID: runID, execID: created.ID, att: att.HijackedResponse, out: &lateWriter{}, err: &lateWriter{}, done: make(chan struct{})}
+	if warm {
+		s.out.ready = make(chan struct{})
+	}
 	go func() {
 		_, s.copyErr = stdcopy.StdCopy(s.out, s.err, att.Reader)
 		close(s.done)
@@ -107,6 +125,9 @@ func (s *stream) Spec() runpolicy.Spec { return s.key }
 func (s *stream) Usable() bool         { return !s.ended() }
 func (s *stream) Discard()             { s.close() }
 
+// warmStartTimeout bounds how long a warm exec's deno may take to start.
+const warmStartTimeout = 30 * time.Second
+
 // startWarm opens a warm exec for key.
 func (r *Runner) startWarm(key runpolicy.Spec) (*stream, error) {
 	id, err := sandbox.NewRunID()
@@ -119,10 +140,23 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*stream, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
-	s, err := r.openExec(ctx, id, []string{wrapper, "--warm"}, env)
+	s, err := r.openExec(ctx, id, []string{wrapper, "--warm"}, env, true)
 	if err != nil {
 		return nil, err
 	}
 	s.key = key
-	return s, nil
+	// Warm only once deno has started and waits for its run: a run never
+	// waits for another's start-up.
+	timer := time.NewTimer(warmStartTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.out.ready:
+		return s, nil
+	case <-s.done:
+		err = fmt.Errorf("warm exec ended before its deno started: %s", firstLine(s.err.buf.String()))
+	case <-timer.C:
+		err = fmt.Errorf("warm exec's deno did not start within %v", warmStartTimeout)
+	}
+	s.close()
+	return nil, err
 }

@@ -76,6 +76,9 @@ func warmKey(want runpolicy.Spec) runpolicy.Spec {
 	return want
 }
 
+// warmStartTimeout bounds how long a warm deno may take to start.
+const warmStartTimeout = 30 * time.Second
+
 // startWarm starts a deno for key in the bootstrap, blocked on stdin.
 func (r *Runner) startWarm(key runpolicy.Spec) (*warmProc, error) {
 	id, err := sandbox.NewRunID()
@@ -139,6 +142,16 @@ func (r *Runner) startWarm(key runpolicy.Spec) (*warmProc, error) {
 	if err := limitData(cmd.Process.Pid, r.dataLimit); err != nil {
 		r.endWarm(w)
 		return nil, fmt.Errorf("limit deno's memory: %w", err)
+	}
+	// Warm only once deno has started and waits for its claim: a run
+	// never waits for another's start-up.
+	ready := make([]byte, 1)
+	_ = w.stdout.SetReadDeadline(time.Now().Add(warmStartTimeout))
+	n, err := w.stdout.Read(ready)
+	_ = w.stdout.SetReadDeadline(time.Time{})
+	if n != 1 || ready[0] != runpolicy.ReadyByte {
+		r.endWarm(w)
+		return nil, fmt.Errorf("warm deno did not start within %v (read %q: %v)", warmStartTimeout, ready[:n], err)
 	}
 	return w, nil
 }

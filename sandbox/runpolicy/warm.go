@@ -69,6 +69,11 @@ func WarmFiles(s Spec) map[string]string {
 	}
 }
 
+// ReadyByte is the one byte a warm process writes to stdout once it has
+// started and waits for its claim; its runner reads it (it is never a
+// run's output) and only then counts the process as warm.
+const ReadyByte = 0x06
+
 // Claim is what a warm process gets on stdin when a run takes it.
 type Claim struct {
 	// Proxy is the run's proxy identity ("" for none).
@@ -173,6 +178,7 @@ const fail = (msg) => {
   writeErr(encode("codeforge-run: " + msg + "\n"));
   Deno.exit(125);
 };
+writeOut(encode("\x06")); // ReadyByte: started, waiting for the claim
 const chunks = [];
 for await (const chunk of Deno.stdin.readable) chunks.push(chunk);
 let claim;
