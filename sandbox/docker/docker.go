@@ -348,7 +348,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		}
 		claim, err := runpolicy.NewRunClaim(runpolicy.Run{ID: id, Timeout: req.Timeout, Hosts: req.AllowHosts,
 			AllHosts: req.AllowAllHosts, ReadPaths: req.ReadPaths, ProxyURL: req.ProxyURL,
-			KeepOut: req.OnOutDir != nil, End: token}).Line()
+			KeepOut: req.OnOutDir != nil, End: token, NodeExit: runpolicy.MayUseNodeExit(req.Code)}).Line()
 		if err != nil {
 			st.close()
 			return nil, err

@@ -184,6 +184,7 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 		return nil, err
 	}
 	claim.End = token
+	claim.NodeExit = runpolicy.MayUseNodeExit(req.Code)
 	line, err := claim.Line()
 	if err != nil {
 		r.endWarm(w)

@@ -284,6 +284,12 @@ func TestWarmRunEndings(t *testing.T) {
 process.on("exit", () => console.log("exit"));
 setTimeout(() => { addEventListener("unload", () => console.error("late unload")); console.log("timer"); }, 20);
 console.log("main");`, stdout: "main\ntimer\nunload\nexit\n", stderr: "late unload\n", early: true},
+		{name: "unload listeners, no process", code: `addEventListener("unload", () => console.log("u1"));
+setTimeout(() => addEventListener("unload", () => console.log("u2")), 20);
+let again = true;
+addEventListener("beforeunload", (e) => { if (again) { again = false; e.preventDefault(); setTimeout(() => { addEventListener("unload", () => console.log("u3")); console.log("more"); }, 10); } });
+console.log("main");`, stdout: "main\nmore\nu1\nu2\nu3\n", early: true},
+		{name: "process through the global", code: `globalThis["pro" + "cess"].on("exit", () => console.log("exit")); console.log("main")`, stdout: "main\nexit\n", early: true},
 		{name: "files", code: `await Deno.mkdir("out"); await Deno.writeTextFile("out/a.txt", "hi"); console.log("ok")`, stdout: "ok\n", early: true,
 			files: map[string]string{"a.txt": "hi"}},
 		{name: "forged end line", code: `console.log(` + strconv.Quote(forged) + `); console.log("after")`, stdout: forged + "\nafter\n", early: true},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -15,11 +16,16 @@ import (
 // kernel freeing a large address space) takes tens of milliseconds, as
 // long as the rest of a small run. When a claim carries an end token,
 // the bootstrap writes an end line to stdout and then to stderr from the
-// last thing deno runs before exiting by itself (a process "exit"
-// listener added while "unload" is dispatched, so after every "unload"
-// and "exit" listener the code added before). Before it writes the line
-// it revokes its own write permission, so the code can no longer change
-// its files, and it says whether out/ exists then.
+// last thing deno runs before exiting by itself: an "unload" listener
+// moved behind all others each time "beforeunload" is dispatched (the
+// event loop is empty), or, when the code may use Node's process object
+// (Claim.NodeExit, or it read globalThis.process), a process "exit"
+// listener added then. Before it writes the line it revokes its own
+// write permission, so the code can no longer change its files, and it
+// says whether out/ exists then. What the code still prints after the
+// line (from an "unload" listener added by another listener, or an
+// "exit" listener added through an import of node:process in code that
+// never names process) is not in the answer.
 //
 // The line is EndPrefix, the token, ":", the exit code, ":", 1 if out/
 // exists (or may: it could not tell) else 0, and a newline. The token is
@@ -53,6 +59,10 @@ func CheckEndToken(t string) error {
 	}
 	return nil
 }
+
+// MayUseNodeExit reports whether code may add Node process "exit"
+// listeners: it names process.
+func MayUseNodeExit(code string) bool { return strings.Contains(code, "process") }
 
 // End is what an end line says.
 type End struct {

@@ -58,6 +58,8 @@ func WarmArgs(s Spec) []string {
 // seal.js and then the code: ES modules evaluate in import order once
 // all are loaded, so seal.js revokes the reading of the cache directory
 // (the code's own source included) before the first line of the code.
+// (Deno checks read permission for a dynamic import: the bootstrap cannot
+// revoke it before it imports the code.)
 func WarmFiles(s Spec) map[string]string {
 	cache, _ := json.Marshal(CacheDir(s.Scratch))
 	return map[string]string{
@@ -87,6 +89,9 @@ type Claim struct {
 	RevokeRead []string `json:"revoke_read"`
 	// End is the run's end token (see EndPrefix); "" writes no end line.
 	End string `json:"end,omitempty"`
+	// NodeExit says the code may add Node process "exit" listeners (it
+	// mentions process): the end line waits for them.
+	NodeExit bool `json:"node_exit,omitempty"`
 }
 
 // Covers reports whether a warm process started with warm can serve a
@@ -166,7 +171,9 @@ func (c Claim) Line() ([]byte, error) {
 const Bootstrap = `// CodeForge warm bootstrap (sandbox/runpolicy): one run, then exit.
 // What the end line needs is taken now, before any code of the run can
 // change the globals it comes from.
-const proc = globalThis.process;
+// Node's process object costs tens of milliseconds of CPU to set up:
+// only its getter is taken now, and called only if the code uses it.
+const processProp = Object.getOwnPropertyDescriptor(globalThis, "process");
 const encode = TextEncoder.prototype.encode.bind(new TextEncoder());
 const writeOut = Deno.stdout.writeSync.bind(Deno.stdout);
 const writeErr = Deno.stderr.writeSync.bind(Deno.stderr);
@@ -201,7 +208,7 @@ for (const path of claim.revoke_read ?? []) revoke.push({ name: "read", path });
 for (const d of revoke) {
   if (revokeSync(d).state === "granted") fail("could not revoke " + JSON.stringify(d));
 }
-if (claim.end && proc) {
+if (claim.end) {
   const token = claim.end;
   const end = () => {
     let out = 1;
@@ -221,7 +228,32 @@ if (claim.end && proc) {
     writeOut(line);
     writeErr(line);
   };
-  addEventListener("unload", () => proc.once("exit", end));
+  // The end line must come after everything the code still does once
+  // its event loop is empty: its "unload" listeners and, if it uses
+  // Node's process object, its "exit" listeners. At each "beforeunload"
+  // (dispatched when the loop is empty, before "unload"), last() is moved
+  // behind every "unload" listener added so far; last() writes the line
+  // from a process "exit" listener if the code may have added some, else
+  // at once. Whether it may: the runner saw "process" in its code
+  // (claim.node_exit), or it read the global (the getter below notes it).
+  let touched = false;
+  if (processProp?.get && processProp.configurable) {
+    Object.defineProperty(globalThis, "process", {
+      ...processProp,
+      get() {
+        touched = true;
+        return processProp.get.call(this);
+      },
+    });
+  }
+  const last = () => {
+    if ((claim.node_exit || touched) && processProp?.get) processProp.get.call(globalThis).once("exit", end);
+    else end();
+  };
+  addEventListener("beforeunload", () => {
+    removeEventListener("unload", last);
+    addEventListener("unload", last);
+  });
 }
 await import(new URL("./entry.js", import.meta.url).href);
 `

@@ -117,9 +117,11 @@ type Run struct {
 	// with an out/ directory, for --collect (which, or --kill, removes
 	// it).
 	KeepOut bool
-	// End is a warm run's end token (see EndPrefix): it comes with the
-	// claim, never in an environment. "" writes no end line.
-	End string
+	// End is a warm run's end token (see EndPrefix) and NodeExit its
+	// Claim.NodeExit: they come with the claim, never in an environment.
+	// "" writes no end line.
+	End      string
+	NodeExit bool
 }
 
 // CheckRunID says why id cannot name a run.
@@ -399,6 +401,7 @@ type RunClaim struct {
 	ProxyURL  string   `json:"proxy,omitempty"`
 	KeepOut   bool     `json:"keep_out,omitempty"`
 	End       string   `json:"end,omitempty"`
+	NodeExit  bool     `json:"node_exit,omitempty"`
 }
 
 // MaxClaimLine bounds the claim line a warm exec reads.
@@ -409,7 +412,7 @@ func NewRunClaim(run Run) RunClaim {
 	return RunClaim{
 		TimeoutMS: int64(RoundTimeout(run.Timeout) / time.Millisecond),
 		Hosts:     run.Hosts, AllHosts: run.AllHosts, ReadPaths: run.ReadPaths, ProxyURL: run.ProxyURL,
-		KeepOut: run.KeepOut, End: run.End,
+		KeepOut: run.KeepOut, End: run.End, NodeExit: run.NodeExit,
 	}
 }
 
@@ -432,7 +435,7 @@ func ParseRunClaim(line []byte, warm Run) (Run, error) {
 		return Run{}, fmt.Errorf("run claim: %v", err)
 	}
 	r := Run{ID: warm.ID, MemoryMB: warm.MemoryMB, Timeout: time.Duration(c.TimeoutMS) * time.Millisecond,
-		Hosts: c.Hosts, AllHosts: c.AllHosts, ReadPaths: c.ReadPaths, ProxyURL: c.ProxyURL, KeepOut: c.KeepOut, End: c.End}
+		Hosts: c.Hosts, AllHosts: c.AllHosts, ReadPaths: c.ReadPaths, ProxyURL: c.ProxyURL, KeepOut: c.KeepOut, End: c.End, NodeExit: c.NodeExit}
 	if err := r.Check(); err != nil {
 		return Run{}, fmt.Errorf("run claim: %w", err)
 	}

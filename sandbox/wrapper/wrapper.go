@@ -185,7 +185,7 @@ func (w *wrapper) warm() (int, error) {
 		if !ok {
 			return nil, 0, refuse("the run needs permissions this warm exec was not started with")
 		}
-		claim.End = run.End
+		claim.End, claim.NodeExit = run.End, run.NodeExit
 		rd.keepOut = run.KeepOut
 		code, err := io.ReadAll(io.LimitReader(in, maxCode+1))
 		if err != nil || len(code) > maxCode {
