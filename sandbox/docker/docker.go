@@ -277,7 +277,9 @@ const (
 // down), or ctx ended first (the run is killed and the error wraps
 // ctx.Err()).
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	end := r.pool.Run()
 	res, err := r.run(ctx, req)
+	end()
 	if err == nil {
 		r.pool.ColdOK()
 	}

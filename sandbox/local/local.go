@@ -259,6 +259,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
+	defer r.pool.Run()()
 	maxOutput := req.MaxOutput
 	if maxOutput == 0 {
 		maxOutput = DefaultMaxOutput

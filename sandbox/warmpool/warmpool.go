@@ -15,6 +15,7 @@ package warmpool
 
 import (
 	"log/slog"
+	"runtime"
 	"sync"
 
 	"github.com/codeforge/codeforge/sandbox/runpolicy"
@@ -40,6 +41,7 @@ const MaxFails = 3
 type Pool[T Item] struct {
 	size  int
 	start func(key runpolicy.Spec) (T, error)
+	room  int // refills only while fewer runs than this are running
 	log   *slog.Logger
 
 	mu       sync.Mutex
@@ -49,17 +51,41 @@ type Pool[T Item] struct {
 	gen      int
 	closed   bool
 	fails    int
+	running  int
 	wg       sync.WaitGroup
 }
 
 // New is a pool of size (0: never warm) whose items start is called to
 // start for a key: the permissions of the runs the pool serves, without
 // anything that belongs to one run (scratch, cache, proxy).
+//
+// The pool refills only while fewer runs than half the CPUs are running
+// (see Run): a warm start costs what a cold one does, and while runs keep
+// the machine busy it would only slow them down. Under such load runs
+// start cold, as without a pool; the pool fills again as the load drops.
 func New[T Item](size int, start func(key runpolicy.Spec) (T, error), log *slog.Logger) *Pool[T] {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Pool[T]{size: size, start: start, log: log}
+	return &Pool[T]{size: size, start: start, room: max(1, runtime.NumCPU()/2), log: log}
+}
+
+// Run notes that a run has started; the function it returns notes that
+// it has ended (and refills the pool if there is room now). A backend
+// calls it around every run, warm or cold.
+func (p *Pool[T]) Run() (end func()) {
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.running--
+			p.refillLocked()
+		})
+	}
 }
 
 // Take returns a warm item whose permissions cover key, and true; or
@@ -159,7 +185,7 @@ func (p *Pool[T]) replaceLocked(key runpolicy.Spec) {
 }
 
 func (p *Pool[T]) refillLocked() {
-	for !p.closed && p.key != nil && p.fails < MaxFails && len(p.ready)+p.starting < p.size {
+	for !p.closed && p.key != nil && p.fails < MaxFails && len(p.ready)+p.starting < p.size && p.running < p.room {
 		p.starting++
 		gen, key := p.gen, *p.key
 		p.wg.Go(func() {

@@ -169,3 +169,27 @@ func TestPoolSizeZero(t *testing.T) {
 	}
 	p.Close()
 }
+
+// TestPoolWaitsForRoom: while as many runs as the pool leaves room for
+// are running, nothing new starts (a warm start would only slow them
+// down); when one ends, the pool fills.
+func TestPoolWaitsForRoom(t *testing.T) {
+	s := &starter{}
+	p := New(2, s.start, nil)
+	defer p.Close()
+	var ends []func()
+	for range p.room {
+		ends = append(ends, p.Run())
+	}
+	p.Take(spec("a")) // learns what to warm for; no room to start it
+	time.Sleep(50 * time.Millisecond)
+	if n := len(s.all()); n != 0 {
+		t.Fatalf("%d warm starts while %d runs were running (room %d)", n, p.room, p.room)
+	}
+	ends[0]()
+	ends[0]() // twice is once
+	waitIdle(t, p, 2)
+	for _, end := range ends[1:] {
+		end()
+	}
+}
