@@ -6,9 +6,14 @@ import (
 	"io"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
@@ -123,3 +128,55 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkDockerConcurrentSessions measures throughput on the Docker
+// deployment under load: 50 MCP sessions call execute_code at once, each
+// again as soon as it has its answer, with the warm pool off and at its
+// default size (the server recreated with SANDBOX_POOL_SIZE between the
+// two). Every answer is checked. It reports runs per second.
+//
+//	go test -count=1 -run '^$' -bench DockerConcurrentSessions -benchtime 300x ./e2e/
+func BenchmarkDockerConcurrentSessions(b *testing.B) {
+	st := startStack(b)
+	env := st.env
+	for _, pool := range []string{"0", "2"} {
+		b.Run("pool="+pool, func(b *testing.B) {
+			st.env = append(slices.Clone(env), "SANDBOX_POOL_SIZE="+pool)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if out, err := st.compose(ctx, "up", "-d", "server"); err != nil {
+				b.Fatalf("docker compose up server: %v\n%s", err, out)
+			}
+			st.waitReady(b, 3*time.Minute)
+			const sessions = 50
+			clients := make([]*mcp.ClientSession, sessions)
+			for i := range clients {
+				clients[i] = st.connect(b, nil)
+			}
+			var next atomic.Int64
+			total := int64(b.N)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for _, cs := range clients {
+				wg.Go(func() {
+					for {
+						i := next.Add(1)
+						if i > total {
+							return
+						}
+						n := strconv.FormatInt(i, 10)
+						res, err := callErr(cs, "execute_code", map[string]any{"code": "console.log(" + n + ")", "timeout": 300})
+						if err != nil || res.IsError || stdout(res) != n+"\n" {
+							b.Errorf("call %d: %v %v", i, err, res)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "runs/s")
+		})
+	}
+}
