@@ -5,7 +5,23 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/codeforge/codeforge/sandbox/output"
 )
+
+// NewResult is a run's result from its two closed output collectors,
+// its exit code and how long it ran; the backend sets the rest.
+func NewResult(stdout, stderr *output.Collector, exitCode int, d time.Duration) *Result {
+	return &Result{
+		Stdout:       stdout.String(),
+		Stderr:       stderr.String(),
+		ExitCode:     exitCode,
+		Truncated:    stdout.Truncated() || stderr.Truncated(),
+		DroppedBytes: stdout.Dropped() + stderr.Dropped(),
+		Duration:     d,
+	}
+}
 
 // v8OOMMarkers are what V8 prints when the heap cap is hit, before it aborts.
 var v8OOMMarkers = [...]string{

@@ -434,14 +434,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		})
 		stdout.Close()
 		stderr.Close()
-		res := &sandbox.Result{
-			Stdout:       stdout.String(),
-			Stderr:       stderr.String(),
-			ExitCode:     end.ExitCode,
-			Truncated:    stdout.Truncated() || stderr.Truncated(),
-			DroppedBytes: stdout.Dropped() + stderr.Dropped(),
-			Duration:     duration,
-		}
+		res := sandbox.NewResult(stdout, stderr, end.ExitCode, duration)
 		r.logDone(id, res, stdout, stderr, "early", true)
 		return res, nil
 	}
@@ -458,13 +451,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		r.log.Info("canceled", "run", id, "duration", duration)
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}
-	res := &sandbox.Result{
-		Stdout:       stdout.String(),
-		Stderr:       stderr.String(),
-		Truncated:    stdout.Truncated() || stderr.Truncated(),
-		DroppedBytes: stdout.Dropped() + stderr.Dropped(),
-		Duration:     duration,
-	}
+	res := sandbox.NewResult(stdout, stderr, 0, duration)
 	wait := controlTimeout
 	if why == stopTimeout {
 		// The stream was cut by the runner: the process may not have

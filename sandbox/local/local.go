@@ -366,15 +366,8 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if state == nil {
 		return nil, fmt.Errorf("wait for deno: %w", waitErr)
 	}
-	res := &sandbox.Result{
-		Stdout:       stdout.String(),
-		Stderr:       stderr.String(),
-		ExitCode:     exitCode(state),
-		TimedOut:     killed.Load() && context.Cause(runCtx) == errRunTimeout,
-		Truncated:    stdout.Truncated() || stderr.Truncated(),
-		DroppedBytes: stdout.Dropped() + stderr.Dropped(),
-		Duration:     duration,
-	}
+	res := sandbox.NewResult(stdout, stderr, exitCode(state), duration)
+	res.TimedOut = killed.Load() && context.Cause(runCtx) == errRunTimeout
 	res.OutOfMemory = !killed.Load() && isOOM(state, tail.String())
 	r.logDone(id, res, stdout, stderr)
 	if killed.Load() && !res.TimedOut {

@@ -215,9 +215,10 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	copies.Add(2)
 	go func() { defer copies.Done(); _, _ = io.Copy(outEnd, w.stdout); outEnd.Flush() }()
 	go func() { defer copies.Done(); _, _ = io.Copy(errEnd, w.stderr); errEnd.Flush() }()
-	// cleanup waits for deno's output to end (something that outlived
-	// deno and holds it open is killed), then removes the run's files.
-	cleanup := func() {
+	// drain waits for deno to exit and its output to end: something
+	// that outlived deno and holds the output open is killed too (the
+	// group still has a member then, so its id cannot have been reused).
+	drain := func() {
 		<-w.done
 		copied := make(chan struct{})
 		go func() { copies.Wait(); close(copied) }()
@@ -229,6 +230,10 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 			w.stderr.Close()
 			<-copied
 		}
+	}
+	// cleanup drains, then removes the run's files.
+	cleanup := func() {
+		drain()
 		w.stdout.Close()
 		w.stderr.Close()
 		r.removeRun(w.id, scratch)
@@ -263,30 +268,12 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 			req.OnOutDir(filepath.Join(scratch, "out"), nil)
 		}
 		r.bg.Go(cleanup)
-		res := &sandbox.Result{
-			Stdout:       stdout.String(),
-			Stderr:       stderr.String(),
-			ExitCode:     end.ExitCode,
-			Truncated:    stdout.Truncated() || stderr.Truncated(),
-			DroppedBytes: stdout.Dropped() + stderr.Dropped(),
-			Duration:     duration,
-		}
+		res := sandbox.NewResult(stdout, stderr, end.ExitCode, duration)
 		r.logDone(w.id, res, stdout, stderr, "early", true)
 		return res, nil
 	}
 	defer cleanup()
-	<-w.done
-	copied := make(chan struct{})
-	go func() { copies.Wait(); close(copied) }()
-	select {
-	case <-copied:
-	case <-time.After(waitDelay):
-		// Something outlived deno and holds its output open: end it too.
-		_ = killGroup(pid)
-		w.stdout.Close()
-		w.stderr.Close()
-		<-copied
-	}
+	drain()
 	stdout.Close()
 	stderr.Close()
 	if req.OnOutDir != nil && ctx.Err() == nil {
@@ -296,15 +283,8 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	if state == nil {
 		return nil, errors.New("wait for deno: no exit status")
 	}
-	res := &sandbox.Result{
-		Stdout:       stdout.String(),
-		Stderr:       stderr.String(),
-		ExitCode:     exitCode(state),
-		TimedOut:     killed.Load() && context.Cause(runCtx) == errRunTimeout,
-		Truncated:    stdout.Truncated() || stderr.Truncated(),
-		DroppedBytes: stdout.Dropped() + stderr.Dropped(),
-		Duration:     duration,
-	}
+	res := sandbox.NewResult(stdout, stderr, exitCode(state), duration)
+	res.TimedOut = killed.Load() && context.Cause(runCtx) == errRunTimeout
 	res.OutOfMemory = !killed.Load() && isOOM(state, tail.String())
 	r.logDone(w.id, res, stdout, stderr)
 	if killed.Load() && !res.TimedOut {
