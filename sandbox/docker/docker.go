@@ -482,6 +482,20 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	res.ExitCode = exitCode
 	tailText := tail.String()
+	if warm {
+		if _, ended := errEnd.End(); ended {
+			tailText = errEnd.After() // the wrapper's lines, after the code's end line
+		}
+	}
+	// The wrapper's last line says whether it kept out/ for --collect:
+	// without it there is nothing to collect, and no exec to make.
+	kept := false
+	if req.OnOutDir != nil {
+		if t, ok := strings.CutSuffix(tailText, runpolicy.KeptOutTrailer+"\n"); ok {
+			tailText, kept = t, true
+			res.Stderr = strings.TrimSuffix(res.Stderr, runpolicy.KeptOutTrailer+"\n")
+		}
+	}
 	trailer := trailerSignal(tailText)
 	switch {
 	case exitCode == wrapperRefused && strings.HasPrefix(res.Stderr, wrapperPrefix) && trailer == 0:
@@ -509,7 +523,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if copyErr != nil {
 		r.log.Warn("output stream", "run", id, "err", copyErr)
 	}
-	if req.OnOutDir != nil {
+	if kept {
 		r.handOut(ctx, id, req)
 	}
 	r.logDone(id, res, stdout, stderr)

@@ -73,9 +73,10 @@ type End struct {
 }
 
 // EndWriter passes a stream of a run's output on to its writer, up to
-// the run's end line, which it takes out (with anything after it). It
-// holds back a tail that could be the start of the end line until it
-// knows; Flush writes it when the stream ends without one.
+// the run's end line, which it takes out with anything after it (whose
+// last few KB After keeps: the wrapper's own last lines). It holds back a
+// tail that could be the start of the end line until it knows; Flush
+// writes it when the stream ends without one.
 type EndWriter struct {
 	dst    io.Writer
 	prefix []byte
@@ -83,8 +84,12 @@ type EndWriter struct {
 	mu      sync.Mutex
 	pending []byte
 	end     *End
+	after   []byte
 	done    chan struct{}
 }
+
+// maxAfter bounds what After keeps.
+const maxAfter = 4 << 10
 
 // NewEndWriter passes output to dst until the end line of token.
 func NewEndWriter(dst io.Writer, token string) *EndWriter {
@@ -100,6 +105,7 @@ func (e *EndWriter) Write(p []byte) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.end != nil {
+		e.keepAfter(p)
 		return len(p), nil
 	}
 	e.pending = append(e.pending, p...)
@@ -115,6 +121,7 @@ func (e *EndWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		if end, ok := parseEnd(rest[:max(nl, 0)]); ok && nl >= 0 {
+			e.keepAfter(rest[nl+1:]) // first: emit moves pending's bytes
 			e.emit(i)
 			e.pending = nil
 			e.end = &end
@@ -126,6 +133,20 @@ func (e *EndWriter) Write(p []byte) (int, error) {
 	}
 	e.emit(len(e.pending) - overlap(e.pending, e.prefix))
 	return len(p), nil
+}
+
+func (e *EndWriter) keepAfter(p []byte) {
+	e.after = append(e.after, p...)
+	if len(e.after) > maxAfter {
+		e.after = append(e.after[:0], e.after[len(e.after)-maxAfter:]...)
+	}
+}
+
+// After is the end of what came after the end line (at most 4 KB).
+func (e *EndWriter) After() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return string(e.after)
 }
 
 // emit writes pending[:n] on and keeps the rest.

@@ -49,6 +49,9 @@ func TestEndWriter(t *testing.T) {
 			}
 			w.Flush()
 			e, ended := w.End()
+			if tc.name == "after the end is dropped" && w.After() != "late\n" {
+				t.Errorf("%s split %q: After = %q, want the line after the end", tc.name, parts, w.After())
+			}
 			if got.String() != tc.want || ended != tc.ended || e.ExitCode != tc.code || e.Out != tc.out {
 				t.Errorf("%s split %q: wrote %q, end %+v %v; want %q, code %d out %v ended %v",
 					tc.name, parts, got.String(), e, ended, tc.want, tc.code, tc.out, tc.ended)

@@ -36,12 +36,17 @@ import (
 // (its message on stderr starts with MessagePrefix), and for --kill
 // ExitNoSuchRun when no such run exists; --check IPV4:PORT exits with
 // ExitNetworkDown when the sandbox cannot reach the proxy (its message
-// starts with MessagePrefix+NetworkPrefix).
+// starts with MessagePrefix+NetworkPrefix). A run with CODEFORGE_KEEP_OUT
+// whose directory was kept for --collect (it has an out/) ends its stderr
+// with a line KeptOutTrailer; without it there is nothing to collect.
 const (
 	WrapperName   = "codeforge-run"
 	WrapperPath   = "/usr/local/bin/codeforge-run"
 	MessagePrefix = "codeforge-run: "
 	SignalTrailer = "codeforge-run: deno ended by signal "
+	// KeptOutTrailer is the wrapper's last stderr line when it kept the
+	// run's directory for --collect.
+	KeptOutTrailer = "codeforge-run: out/ kept for --collect"
 	ExitRefused   = 125
 	ExitNoSuchRun = 3
 	// ExitNetworkDown is --check IPV4:PORT's status when the connection

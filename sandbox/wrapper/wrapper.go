@@ -287,6 +287,7 @@ func (w *wrapper) prepare(r runpolicy.Run) (*runDir, int, error) {
 		var err error
 		if rd.keepOut && rd.ended && exists(filepath.Join(spec.Scratch, "out")) {
 			err = runpolicy.RemoveTree(spec.DenoDir)
+			defer fmt.Fprintf(w.stderr, "%s\n", runpolicy.KeptOutTrailer)
 		} else {
 			err = runpolicy.RemoveRun(spec.Scratch)
 		}
