@@ -47,8 +47,8 @@ const (
 	// KeptOutTrailer is the wrapper's last stderr line when it kept the
 	// run's directory for --collect.
 	KeptOutTrailer = "codeforge-run: out/ kept for --collect"
-	ExitRefused   = 125
-	ExitNoSuchRun = 3
+	ExitRefused    = 125
+	ExitNoSuchRun  = 3
 	// ExitNetworkDown is --check IPV4:PORT's status when the connection
 	// to the proxy does not open.
 	ExitNetworkDown = 4
