@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -15,7 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/codeforge/codeforge/internal/dockertest"
+
 	"github.com/moby/moby/client"
 )
 
@@ -62,29 +61,9 @@ func BenchmarkDockerExecuteCode(b *testing.B) {
 	}
 	defer engine.Close()
 	bareAPI := func() time.Duration {
-		ctx := context.Background()
 		start := time.Now()
-		created, err := engine.ExecCreate(ctx, sandbox, client.ExecCreateOptions{
-			AttachStdin: true, AttachStdout: true, AttachStderr: true, User: "10001:10001",
-			Env: []string{"DENO_DIR=/tmp/bench-deno-dir"}, Cmd: []string{"deno", "run", "--no-prompt", "-"},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		att, err := engine.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() { _, _ = io.WriteString(att.Conn, code); _ = att.CloseWrite() }()
-		var out bytes.Buffer
-		_, err = stdcopy.StdCopy(&out, io.Discard, att.Reader)
-		att.Close()
-		if err != nil || out.String() != "1\n" {
-			b.Fatalf("bare API exec: %q %v", out.String(), err)
-		}
-		if insp, err := engine.ExecInspect(ctx, created.ID, client.ExecInspectOptions{}); err != nil || insp.ExitCode != 0 {
-			b.Fatalf("bare API exec inspect: %+v %v", insp, err)
-		}
+		dockertest.BareExec(b, engine, sandbox, "10001:10001", []string{"DENO_DIR=/tmp/bench-deno-dir"},
+			[]string{"deno", "run", "--no-prompt", "-"}, code, "1\n")
 		return time.Since(start)
 	}
 	// The fixed cost of the docker CLI and an exec, without Deno: tells

@@ -26,6 +26,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
 	"github.com/codeforge/codeforge/dockerfilter"
 	"github.com/codeforge/codeforge/internal/testenv"
 )
@@ -372,4 +375,32 @@ func run(t testing.TB, args ...string) string {
 		t.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String())
+}
+
+// BareExec runs cmd (as user, with env, stdin on its standard input) in
+// container with the Go client straight on the engine's socket: no CLI,
+// no filter, no wrapper. It is the baseline of the Docker benchmarks, and
+// fails the benchmark unless cmd exits 0 and prints want.
+func BareExec(b testing.TB, engine *client.Client, container, user string, env, cmd []string, stdin, want string) {
+	ctx := context.Background()
+	created, err := engine.ExecCreate(ctx, container, client.ExecCreateOptions{
+		AttachStdin: true, AttachStdout: true, AttachStderr: true, User: user, Env: env, Cmd: cmd,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	att, err := engine.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _, _ = io.WriteString(att.Conn, stdin); _ = att.CloseWrite() }()
+	var out bytes.Buffer
+	_, err = stdcopy.StdCopy(&out, io.Discard, att.Reader)
+	att.Close()
+	if err != nil || out.String() != want {
+		b.Fatalf("bare API exec: %q %v", out.String(), err)
+	}
+	if insp, err := engine.ExecInspect(ctx, created.ID, client.ExecInspectOptions{}); err != nil || insp.ExitCode != 0 {
+		b.Fatalf("bare API exec inspect: %+v %v", insp, err)
+	}
 }

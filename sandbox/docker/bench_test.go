@@ -1,9 +1,7 @@
 package docker
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"os/exec"
 	"slices"
@@ -11,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/codeforge/codeforge/internal/dockertest"
@@ -59,27 +56,7 @@ func BenchmarkDockerRunner(b *testing.B) {
 		}
 	}
 	bareAPI := func() {
-		created, err := engine.ExecCreate(ctx, sb.ID, client.ExecCreateOptions{
-			AttachStdin: true, AttachStdout: true, AttachStderr: true,
-			Env: []string{"DENO_DIR=/tmp/deno-dir"}, Cmd: []string{"/usr/local/bin/deno", "run", "-"},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		att, err := engine.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() { _, _ = io.WriteString(att.Conn, code); _ = att.CloseWrite() }()
-		var out bytes.Buffer
-		_, err = stdcopy.StdCopy(&out, io.Discard, att.Reader)
-		att.Close()
-		if err != nil || out.String() != "1\n" {
-			b.Fatalf("bare exec: %q %v", out.String(), err)
-		}
-		if insp, err := engine.ExecInspect(ctx, created.ID, client.ExecInspectOptions{}); err != nil || insp.ExitCode != 0 {
-			b.Fatalf("bare exec inspect: %+v %v", insp, err)
-		}
+		dockertest.BareExec(b, engine, sb.ID, "", []string{"DENO_DIR=/tmp/deno-dir"}, []string{"/usr/local/bin/deno", "run", "-"}, code, "1\n")
 	}
 	// Warm up: API negotiation, deno's cache, the page cache.
 	for range 3 {
