@@ -338,3 +338,44 @@ console.log("main");`, stdout: "main\nmore\nu1\nu2\nu3\n", early: true},
 	r.Close()
 	assertNoRunDirs(t, r)
 }
+
+// TestWarmEndLineRevokesWrites: code that polluted Object.prototype (so
+// that a descriptor without its own path would read one) and dispatched
+// the events that make the bootstrap write its end line early can write
+// nothing after it: neither its out/ files nor the skills directory
+// change, and the run is answered at the line. (The revocation once took
+// the polluted path and left every write granted.)
+func TestWarmEndLineRevokesWrites(t *testing.T) {
+	t.Parallel()
+	r, logs := warmRunner(t, nil)
+	run(t, r, sandbox.Request{Code: `console.log(0)`})
+	waitWarm(t, r, 1)
+	var files []string
+	res := run(t, r, sandbox.Request{Code: fmt.Sprintf(`
+await Deno.mkdir("out");
+await Deno.writeTextFile("out/a.txt", "hi");
+Object.prototype.path = "/nonexistent-codeforge";
+dispatchEvent(new Event("beforeunload"));
+dispatchEvent(new Event("unload"));
+delete Object.prototype.path;
+for (let i = 0; i < 20; i++) {
+  for (const f of ["out/late", %q]) {
+    try { Deno.writeTextFileSync(f + i, "late"); } catch { /* revoked */ }
+  }
+}`, filepath.Join(r.skillsDir, "late")),
+		OnOutDir: func(dir string, _ []string) {
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				files = append(files, e.Name())
+			}
+		}})
+	if res.ExitCode != 0 || !strings.Contains(lastDone(logs), "early=true") {
+		t.Errorf("run: %+v (%s); want it answered at its early end line", res, lastDone(logs))
+	}
+	if fmt.Sprint(files) != "[a.txt]" {
+		t.Errorf("files out: %v, want only a.txt (the others were written after the end line)", files)
+	}
+	if entries, _ := os.ReadDir(r.skillsDir); len(entries) > 0 {
+		t.Errorf("the skills directory got %d files written after the end line", len(entries))
+	}
+}

@@ -181,6 +181,17 @@ const { revokeSync, querySync } = Object.fromEntries(["revokeSync", "querySync"]
 const lstatSync = Deno.lstatSync;
 const NotFound = Deno.errors.NotFound;
 const exitCode = Object.getOwnPropertyDescriptor(Deno, "exitCode").get;
+// The code may replace any of these by the time the end line is written:
+// calls go through Reflect.apply on the originals, and every permission
+// descriptor has no prototype (else a property the code put on
+// Object.prototype, such as path, would narrow a revocation to nothing).
+const apply = Reflect.apply;
+const stateOf = Object.getOwnPropertyDescriptor(Deno.PermissionStatus.prototype, "state").get;
+const hasInstance = Function.prototype[Symbol.hasInstance];
+const addListener = EventTarget.prototype.addEventListener;
+const removeListener = EventTarget.prototype.removeEventListener;
+const outDir = Deno.cwd() + "/out"; // the code may change its working directory
+const granted = (d) => apply(stateOf, querySync(d), []) === "granted";
 const fail = (msg) => {
   writeErr(encode("codeforge-run: " + msg + "\n"));
   Deno.exit(125);
@@ -201,32 +212,39 @@ if (claim.proxy) {
   Deno.env.set("NO_PROXY", "");
   Deno.env.set("no_proxy", "");
 }
-const revoke = [{ name: "env" }];
-if (claim.no_net) revoke.push({ name: "net" });
-for (const host of claim.revoke_hosts ?? []) revoke.push({ name: "net", host });
-for (const path of claim.revoke_read ?? []) revoke.push({ name: "read", path });
+const revoke = [{ __proto__: null, name: "env" }];
+if (claim.no_net) revoke.push({ __proto__: null, name: "net" });
+for (const host of claim.revoke_hosts ?? []) revoke.push({ __proto__: null, name: "net", host });
+for (const path of claim.revoke_read ?? []) revoke.push({ __proto__: null, name: "read", path });
 for (const d of revoke) {
-  if (revokeSync(d).state === "granted") fail("could not revoke " + JSON.stringify(d));
+  revokeSync(d);
+  if (granted(d)) fail("could not revoke " + JSON.stringify(d));
 }
-if (claim.end) {
+if (typeof claim.end === "string" && claim.end !== "") {
   const token = claim.end;
+  const nodeExit = claim.node_exit === true;
   const end = () => {
     let out = 1;
     try {
-      revokeSync({ name: "write" });
-      if (querySync({ name: "write" }).state !== "granted") {
+      const write = { __proto__: null, name: "write" };
+      revokeSync(write);
+      if (!granted(write) && !granted({ __proto__: null, name: "write", path: outDir })) {
         try {
-          lstatSync("out");
+          lstatSync(outDir);
         } catch (e) {
-          if (e instanceof NotFound) out = 0;
+          if (apply(hasInstance, NotFound, [e])) out = 0;
         }
       }
     } catch {
       // out stays 1: the runner looks.
     }
-    const line = encode("\x1ecodeforge-end:" + token + ":" + ((exitCode.call(Deno) ?? 0) & 255) + ":" + out + "\n");
-    writeOut(line);
-    writeErr(line);
+    const line = encode("\x1ecodeforge-end:" + token + ":" + ((apply(exitCode, Deno, []) ?? 0) & 255) + ":" + out + "\n");
+    try {
+      writeOut(line);
+      writeErr(line);
+    } catch {
+      // A closed stream: the run is answered when deno exits.
+    }
   };
   // The end line must come after everything the code still does once
   // its event loop is empty: its "unload" listeners and, if it uses
@@ -236,24 +254,27 @@ if (claim.end) {
   // from a process "exit" listener if the code may have added some, else
   // at once. Whether it may: the runner saw "process" in its code
   // (claim.node_exit), or it read the global (the getter below notes it).
+  // The code can dispatch these events itself, or take end() from a
+  // replaced process.once, and so have its end line written early: that
+  // only ends its own run sooner (its runner kills it at the line).
   let touched = false;
   if (processProp?.get && processProp.configurable) {
     Object.defineProperty(globalThis, "process", {
       ...processProp,
       get() {
         touched = true;
-        return processProp.get.call(this);
+        return apply(processProp.get, this, []);
       },
     });
   }
   const last = () => {
-    if ((claim.node_exit || touched) && processProp?.get) processProp.get.call(globalThis).once("exit", end);
+    if ((nodeExit || touched) && processProp?.get) apply(processProp.get, globalThis, []).once("exit", end);
     else end();
   };
-  addEventListener("beforeunload", () => {
-    removeEventListener("unload", last);
-    addEventListener("unload", last);
-  });
+  apply(addListener, globalThis, ["beforeunload", () => {
+    apply(removeListener, globalThis, ["unload", last]);
+    apply(addListener, globalThis, ["unload", last]);
+  }]);
 }
 await import(new URL("./entry.js", import.meta.url).href);
 `
