@@ -428,6 +428,13 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 			defer timer.Stop()
 			select {
 			case <-st.done:
+				// The wrapper ends deno at the end line. Should it still
+				// have kept a directory (the end line said there was no
+				// out/), nobody will collect it: remove it.
+				if req.OnOutDir != nil && strings.Contains(errEnd.After(), runpolicy.KeptOutTrailer) {
+					r.log.Warn("run kept out/ after an end line without it; removing it", "run", id)
+					r.kill(id)
+				}
 			case <-timer.C:
 				r.kill(id)
 			}
@@ -435,7 +442,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		stdout.Close()
 		stderr.Close()
 		res := sandbox.NewResult(stdout, stderr, end.ExitCode, duration)
-		r.logDone(id, res, stdout, stderr, "early", true)
+		r.logDone(id, res, stdout, stderr, "early", true, "end_line", true)
 		return res, nil
 	}
 	<-st.done
@@ -526,8 +533,19 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if kept {
 		r.handOut(ctx, id, req)
 	}
-	r.logDone(id, res, stdout, stderr)
+	r.logDone(id, res, stdout, stderr, "end_line", endSeen(outEnd, errEnd))
 	return res, nil
+}
+
+// endSeen reports whether a warm run's end line came on both streams
+// (nil for a cold run: no).
+func endSeen(outEnd, errEnd *runpolicy.EndWriter) bool {
+	if outEnd == nil {
+		return false
+	}
+	_, o := outEnd.End()
+	_, e := errEnd.End()
+	return o && e
 }
 
 // handOut copies the run's out/ files to this side, hands them to

@@ -120,7 +120,9 @@ func TestWarmExecEndings(t *testing.T) {
 		{name: "plain", code: `console.log(1)`, stdout: "1\n", early: true},
 		{name: "exit code set", code: `Deno.exitCode = 3; console.log("x")`, stdout: "x\n", exit: 3, early: true},
 		{name: "files", code: `await Deno.mkdir("out"); await Deno.writeTextFile("out/a.txt", "hi"); console.log("ok")`, stdout: "ok\n",
-			files: map[string]string{"a.txt": "hi"}},
+			early: true, files: map[string]string{"a.txt": "hi"}},
+		{name: "files, then another working directory", code: `await Deno.mkdir("out"); await Deno.writeTextFile("out/a.txt", "hi"); await Deno.mkdir("sub"); Deno.chdir("sub")`,
+			early: true, files: map[string]string{"a.txt": "hi"}},
 		{name: "Deno.exit", code: `console.log("bye"); Deno.exit(4)`, stdout: "bye\n", exit: 4},
 		{name: "uncaught", code: `throw new Error("boom")`, exit: 1},
 	}
@@ -132,8 +134,8 @@ func TestWarmExecEndings(t *testing.T) {
 			t.Errorf("%s: exit %d stdout %q stderr %q files %v; want %d %q %v", tc.name, res.ExitCode, res.Stdout, res.Stderr, files, tc.exit, tc.stdout, tc.files)
 		}
 		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-		if last := lines[len(lines)-1]; strings.Contains(last, "early=true") != tc.early {
-			t.Errorf("%s: answered early = %v, want %v (%s)", tc.name, !tc.early, tc.early, last)
+		if last := lines[len(lines)-1]; strings.Contains(last, "end_line=true") != tc.early {
+			t.Errorf("%s: end line seen = %v, want %v (%s)", tc.name, !tc.early, tc.early, last)
 		}
 	}
 	if n := strings.Count(logs.String(), "warm=false"); n != 1 {
@@ -146,5 +148,42 @@ func TestWarmExecEndings(t *testing.T) {
 			t.Fatalf("left behind after Close: %q", left)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestWarmExecEndsAtEndLine: code that has its end line written early
+// (it dispatches the events itself) and then keeps running is ended by
+// the wrapper at the line: no deno of it is left running in the sandbox
+// after the answer (it used to run on until its deadline, outside the
+// server's limit on concurrent runs).
+func TestWarmExecEndsAtEndLine(t *testing.T) {
+	t.Parallel()
+	sb := dockertest.Start(t, dockertest.Options{})
+	r := newRunner(t, Options{DockerHost: sb.FilterHost, PoolSize: 1})
+	mustRun(t, r, sandbox.Request{Code: `console.log(0)`})
+	waitWarm(t, r, 1)
+	res := mustRun(t, r, sandbox.Request{Code: `console.log("before");
+dispatchEvent(new Event("beforeunload"));
+dispatchEvent(new Event("unload"));
+const t0 = Date.now();
+while (Date.now() - t0 < 60000) {}`, Timeout: 2 * time.Minute})
+	if res.ExitCode != 0 || res.Stdout != "before\n" {
+		t.Errorf("run: %+v", res)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var busy []string
+		for _, p := range sb.Processes(t) {
+			if f := strings.Fields(p); len(f) >= 3 && strings.HasPrefix(f[1], "R") && strings.Contains(p, "deno") {
+				busy = append(busy, p)
+			}
+		}
+		if len(busy) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a deno still runs 10 s after its run was answered: %q", busy)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -269,7 +269,7 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 		}
 		r.bg.Go(cleanup)
 		res := sandbox.NewResult(stdout, stderr, end.ExitCode, duration)
-		r.logDone(w.id, res, stdout, stderr, "early", true)
+		r.logDone(w.id, res, stdout, stderr, "early", true, "end_line", true)
 		return res, nil
 	}
 	defer cleanup()
@@ -286,7 +286,10 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	res := sandbox.NewResult(stdout, stderr, exitCode(state), duration)
 	res.TimedOut = killed.Load() && context.Cause(runCtx) == errRunTimeout
 	res.OutOfMemory = !killed.Load() && isOOM(state, tail.String())
-	r.logDone(w.id, res, stdout, stderr)
+	// The end line may also have come just as deno exited.
+	_, outSeen := outEnd.End()
+	_, errSeen := errEnd.End()
+	r.logDone(w.id, res, stdout, stderr, "end_line", outSeen && errSeen)
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}

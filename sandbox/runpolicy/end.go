@@ -86,6 +86,7 @@ type EndWriter struct {
 	end     *End
 	after   []byte
 	done    chan struct{}
+	pass    bool // a watcher: everything goes on to dst, the end line too
 }
 
 // maxAfter bounds what After keeps.
@@ -96,6 +97,20 @@ func NewEndWriter(dst io.Writer, token string) *EndWriter {
 	return &EndWriter{dst: dst, prefix: []byte(EndPrefix + token + ":"), done: make(chan struct{})}
 }
 
+// NewEndWatcher passes everything on to dst unchanged (the end line
+// too) and notes the end line of the token Watch gives it later: the
+// wrapper uses one to end deno at the end line.
+func NewEndWatcher(dst io.Writer) *EndWriter {
+	return &EndWriter{dst: dst, pass: true, done: make(chan struct{})}
+}
+
+// Watch starts looking for token's end line.
+func (e *EndWriter) Watch(token string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.prefix = []byte(EndPrefix + token + ":")
+}
+
 // maxEndRest bounds what may follow the prefix before the newline.
 const maxEndRest = 16
 
@@ -104,8 +119,12 @@ const maxEndRest = 16
 func (e *EndWriter) Write(p []byte) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.end != nil {
-		e.keepAfter(p)
+	if e.end != nil || e.prefix == nil {
+		if e.pass {
+			_, _ = e.dst.Write(p)
+		} else {
+			e.keepAfter(p)
+		}
 		return len(p), nil
 	}
 	e.pending = append(e.pending, p...)
@@ -121,8 +140,12 @@ func (e *EndWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		if end, ok := parseEnd(rest[:max(nl, 0)]); ok && nl >= 0 {
-			e.keepAfter(rest[nl+1:]) // first: emit moves pending's bytes
-			e.emit(i)
+			if e.pass {
+				e.emit(len(e.pending))
+			} else {
+				e.keepAfter(rest[nl+1:]) // first: emit moves pending's bytes
+				e.emit(i)
+			}
 			e.pending = nil
 			e.end = &end
 			close(e.done)

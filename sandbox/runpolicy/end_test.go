@@ -82,3 +82,24 @@ func TestCheckEndToken(t *testing.T) {
 		}
 	}
 }
+
+// TestEndWatcher: a watcher passes every byte on, however split, and
+// sees the end line of the token it watches for, set after output began.
+func TestEndWatcher(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	before := "\x06ready"
+	after := "x\n" + EndPrefix + token + ":3:1\nwrapper line\n"
+	for i := 0; i <= len(after); i++ {
+		var got bytes.Buffer
+		w := NewEndWatcher(&got)
+		w.Write([]byte(before))
+		w.Watch(token)
+		w.Write([]byte(after[:i]))
+		w.Write([]byte(after[i:]))
+		w.Flush()
+		e, ok := w.End()
+		if got.String() != before+after || !ok || e.ExitCode != 3 || !e.Out {
+			t.Fatalf("split at %d: passed %q, end %+v %v", i, got.String(), e, ok)
+		}
+	}
+}

@@ -165,6 +165,19 @@ func (w *wrapper) warm() (int, error) {
 		return 0, refuse("pipe: %v", err)
 	}
 	cmd := w.deno(runpolicy.WarmArgs(rd.spec), rd.spec, inR)
+	// Its output goes through watchers: once the run's end line has come
+	// on both (runpolicy.EndPrefix), the code is done and the runner has
+	// answered, so deno is ended there, not left to run on.
+	outW, errW := runpolicy.NewEndWatcher(w.stdout), runpolicy.NewEndWatcher(w.stderr)
+	cmd.Stdout, cmd.Stderr = outW, errW
+	rd.end = func() (runpolicy.End, bool) {
+		outW.Flush()
+		errW.Flush()
+		if _, ok := errW.End(); !ok {
+			return runpolicy.End{}, false
+		}
+		return outW.End()
+	}
 	return w.supervise(rd, cmd, 0, func(cmd *exec.Cmd, exited <-chan struct{}) (*exec.Cmd, time.Duration, error) {
 		defer inW.Close()
 		in := bufio.NewReaderSize(w.stdin, 4096)
@@ -202,6 +215,20 @@ func (w *wrapper) warm() (int, error) {
 				cl, err := claim.Line()
 				if err != nil {
 					return nil, 0, refuse("%v", err)
+				}
+				if run.End != "" {
+					outW.Watch(run.End)
+					errW.Watch(run.End)
+					go func() {
+						for _, d := range []<-chan struct{}{outW.Done(), errW.Done()} {
+							select {
+							case <-d:
+							case <-exited:
+								return
+							}
+						}
+						_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					}()
 				}
 				if _, err := inW.Write(cl); err == nil {
 					return cmd, run.Timeout, nil
@@ -267,6 +294,8 @@ type runDir struct {
 	// keepOut keeps the scratch directory (not the cache) of a run that
 	// ended by itself with an out/ directory, for --collect.
 	keepOut, ended bool
+	// end, for a warm run, reports its end line once deno is gone.
+	end func() (runpolicy.End, bool)
 }
 
 // prepare creates run r's directories. A nil runDir means the run must
@@ -410,6 +439,12 @@ func (w *wrapper) supervise(rd *runDir, cmd *exec.Cmd, timeout time.Duration, cl
 	// group ID cannot have been handed to anyone else.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	rd.ended = true
+	if rd.end != nil {
+		if end, ok := rd.end(); ok {
+			// Ended at its end line: its status is the line's.
+			return end.ExitCode, nil
+		}
+	}
 	status := exitStatus(cmd.ProcessState)
 	if status > 128 {
 		// The runner reads this last line to tell deno being killed (by
