@@ -27,6 +27,19 @@ func waitWarm(t *testing.T, r *Runner, n int) {
 	}
 }
 
+// waitNoLeftovers waits up to 30 s for the sandbox to hold nothing of
+// any run (the wrapper removes a run's files as its exec ends).
+func waitNoLeftovers(t *testing.T, sb *dockertest.Sandbox) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for left := leftovers(t, sb); len(left) > 0; left = leftovers(t, sb) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after Close: %q", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestWarmExecs: with a pool, runs after the first are served by warm
 // execs made through the same filter: right answers, each run narrowed
 // to its own permissions, a timeout still kills the run, and nothing is
@@ -74,17 +87,7 @@ console.log(JSON.stringify(out));`})
 		t.Errorf("%d runs started cold, want 1:\n%s", n, logs)
 	}
 	r.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		left := leftovers(t, sb)
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind after Close: %q", left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitNoLeftovers(t, sb)
 }
 
 // TestWarmExecEndings: warm execs serve runs that keep files (the server
@@ -142,13 +145,7 @@ func TestWarmExecEndings(t *testing.T) {
 		t.Errorf("%d runs started cold, want 1:\n%s", n, logs)
 	}
 	r.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for left := leftovers(t, sb); len(left) > 0; left = leftovers(t, sb) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind after Close: %q", left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitNoLeftovers(t, sb)
 }
 
 // TestWarmExecEndsAtEndLine: code that has its end line written early
