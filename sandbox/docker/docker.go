@@ -504,7 +504,11 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		}
 	}
 	trailer := trailerSignal(tailText)
+	exitedItself := lastLineHasPrefix(tailText, runpolicy.ExitTrailer)
 	switch {
+	case exitCode > 128 && exitedItself:
+		// Deno.exit(137) and the like: the code's own status.
+		res.Stderr = stripTrailer(res.Stderr)
 	case exitCode == wrapperRefused && strings.HasPrefix(res.Stderr, wrapperPrefix) && trailer == 0:
 		return nil, fmt.Errorf("sandbox wrapper refused the run: %s", strings.TrimPrefix(firstLine(res.Stderr), wrapperPrefix))
 	case exitCode > 128 && trailer == 0:
@@ -715,15 +719,21 @@ func trailerSignal(tail string) int {
 	return n
 }
 
-// stripTrailer removes the wrapper's trailer line from the end of stderr
-// (it is not the code's output).
+// stripTrailer removes the wrapper's trailer line (a signal's or an
+// exit status's) from the end of stderr: it is not the code's output.
 func stripTrailer(s string) string {
 	body := strings.TrimSuffix(s, "\n")
 	i := strings.LastIndexByte(body, '\n')
-	if strings.HasPrefix(body[i+1:], signalTrailer) {
+	if last := body[i+1:]; strings.HasPrefix(last, signalTrailer) || strings.HasPrefix(last, runpolicy.ExitTrailer) {
 		return s[:i+1]
 	}
 	return s
+}
+
+// lastLineHasPrefix reports whether the last line of s starts with prefix.
+func lastLineHasPrefix(s, prefix string) bool {
+	body := strings.TrimSuffix(s, "\n")
+	return strings.HasPrefix(body[strings.LastIndexByte(body, '\n')+1:], prefix)
 }
 
 func firstLine(s string) string {

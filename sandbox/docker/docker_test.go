@@ -206,6 +206,15 @@ console.log("ok")`,
 				t.Errorf("result %+v, want exit 200 with only the code's stderr", res)
 			}
 		})
+		t.Run("exit code 137 is not out of memory", func(t *testing.T) {
+			t.Parallel()
+			// 128+9, what a kill by the memory limit looks like; the
+			// wrapper says deno exited by itself.
+			res := mustRun(t, r, sandbox.Request{Code: `console.error("bye"); Deno.exit(137)`})
+			if res.ExitCode != 137 || res.Stderr != "bye\n" || res.TimedOut || res.OutOfMemory {
+				t.Errorf("result %+v, want exit 137 with only the code's stderr, not out of memory", res)
+			}
+		})
 		t.Run("syntax error", func(t *testing.T) {
 			t.Parallel()
 			res := mustRun(t, r, sandbox.Request{Code: `this is not typescript`})

@@ -32,7 +32,8 @@ import (
 //	codeforge-run --idle     a keepalive that reaps orphans (PID 1 in tests)
 //
 // Its exit status is deno's (128+N when signal N ended deno, followed by
-// a last stderr line SignalTrailer+N), ExitRefused when it refuses to run
+// a last stderr line SignalTrailer+N; a status above 128 that deno exited
+// with by itself is followed by ExitTrailer+status), ExitRefused when it refuses to run
 // (its message on stderr starts with MessagePrefix), and for --kill
 // ExitNoSuchRun when no such run exists; --check IPV4:PORT exits with
 // ExitNetworkDown when the sandbox cannot reach the proxy (its message
@@ -44,6 +45,7 @@ const (
 	WrapperPath   = "/usr/local/bin/codeforge-run"
 	MessagePrefix = "codeforge-run: "
 	SignalTrailer = "codeforge-run: deno ended by signal "
+	ExitTrailer   = "codeforge-run: deno exited with status "
 	// KeptOutTrailer is the wrapper's last stderr line when it kept the
 	// run's directory for --collect.
 	KeptOutTrailer = "codeforge-run: out/ kept for --collect"

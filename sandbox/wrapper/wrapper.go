@@ -448,9 +448,14 @@ func (w *wrapper) supervise(rd *runDir, cmd *exec.Cmd, timeout time.Duration, cl
 	status := exitStatus(cmd.ProcessState)
 	if status > 128 {
 		// The runner reads this last line to tell deno being killed (by
-		// the timeout or the memory limit) from the whole sandbox going
-		// down, which takes the wrapper with it.
-		fmt.Fprintf(w.stderr, "%s%d\n", runpolicy.SignalTrailer, status-128)
+		// the timeout or the memory limit), or exiting with such a status
+		// by itself (Deno.exit(137)), from the whole sandbox going down,
+		// which takes the wrapper with it.
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			fmt.Fprintf(w.stderr, "%s%d\n", runpolicy.SignalTrailer, status-128)
+		} else {
+			fmt.Fprintf(w.stderr, "%s%d\n", runpolicy.ExitTrailer, status)
+		}
 	}
 	return status, nil
 }
