@@ -414,7 +414,7 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		_, _ = att.Conn.Write(payload)
 		_ = att.CloseWrite()
 	}()
-	end, early := r.waitEnd(st, outEnd, errEnd, req.OnOutDir != nil)
+	end, early := waitEnd(st, outEnd, errEnd, req.OnOutDir != nil)
 	duration := time.Since(start)
 	close(streamDone)
 	why := <-watchDone
@@ -504,7 +504,8 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		}
 	}
 	trailer := trailerSignal(tailText)
-	exitedItself := lastLineHasPrefix(tailText, runpolicy.ExitTrailer)
+	lastErrLine, _ := lastLine(tailText)
+	exitedItself := strings.HasPrefix(lastErrLine, runpolicy.ExitTrailer)
 	switch {
 	case exitCode > 128 && exitedItself:
 		// Deno.exit(137) and the like: the code's own status.
@@ -537,19 +538,8 @@ func (r *Runner) run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if kept {
 		r.handOut(ctx, id, req)
 	}
-	r.logDone(id, res, stdout, stderr, "end_line", endSeen(outEnd, errEnd))
+	r.logDone(id, res, stdout, stderr, "end_line", runpolicy.Ended(outEnd, errEnd))
 	return res, nil
-}
-
-// endSeen reports whether a warm run's end line came on both streams
-// (nil for a cold run: no).
-func endSeen(outEnd, errEnd *runpolicy.EndWriter) bool {
-	if outEnd == nil {
-		return false
-	}
-	_, o := outEnd.End()
-	_, e := errEnd.End()
-	return o && e
 }
 
 // handOut copies the run's out/ files to this side, hands them to
@@ -585,26 +575,13 @@ func (r *Runner) logDone(id string, res *sandbox.Result, stdout, stderr *output.
 // line and true when the run can be answered now: it wrote its end line
 // and has no out/ files to collect (keepOut), which must wait for the
 // wrapper to be done with the run.
-func (r *Runner) waitEnd(st *stream, outEnd, errEnd *runpolicy.EndWriter, keepOut bool) (runpolicy.End, bool) {
+func waitEnd(st *stream, outEnd, errEnd *runpolicy.EndWriter, keepOut bool) (runpolicy.End, bool) {
 	if outEnd == nil {
 		<-st.done
 		return runpolicy.End{}, false
 	}
-	select {
-	case <-st.done:
-		return runpolicy.End{}, false
-	case <-outEnd.Done():
-	}
-	select {
-	case <-st.done:
-		return runpolicy.End{}, false
-	case <-errEnd.Done():
-	}
-	end, _ := outEnd.End()
-	if end.Out && keepOut {
-		return end, false
-	}
-	return end, true
+	end, ok := runpolicy.WaitEnd(st.done, outEnd, errEnd)
+	return end, ok && !(end.Out && keepOut)
 }
 
 // runEnv is the run's exec environment (runpolicy's wrapper contract,
@@ -703,17 +680,20 @@ func (r *Runner) kill(id string) {
 	}
 }
 
+// lastLine is the last line of s (without its newline) and where it
+// starts.
+func lastLine(s string) (line string, start int) {
+	body := strings.TrimSuffix(s, "\n")
+	start = strings.LastIndexByte(body, '\n') + 1
+	return body[start:], start
+}
+
 // trailerSignal returns N when stderr ends with the wrapper's "deno ended
 // by signal N" line, else 0.
 func trailerSignal(tail string) int {
-	tail = strings.TrimSuffix(tail, "\n")
-	i := strings.LastIndexByte(tail, '\n')
-	last, ok := strings.CutPrefix(tail[i+1:], signalTrailer)
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(last)
-	if err != nil || n <= 0 {
+	line, _ := lastLine(tail)
+	n, err := strconv.Atoi(strings.TrimPrefix(line, signalTrailer))
+	if !strings.HasPrefix(line, signalTrailer) || err != nil || n <= 0 {
 		return 0
 	}
 	return n
@@ -722,18 +702,10 @@ func trailerSignal(tail string) int {
 // stripTrailer removes the wrapper's trailer line (a signal's or an
 // exit status's) from the end of stderr: it is not the code's output.
 func stripTrailer(s string) string {
-	body := strings.TrimSuffix(s, "\n")
-	i := strings.LastIndexByte(body, '\n')
-	if last := body[i+1:]; strings.HasPrefix(last, signalTrailer) || strings.HasPrefix(last, runpolicy.ExitTrailer) {
-		return s[:i+1]
+	if line, start := lastLine(s); strings.HasPrefix(line, signalTrailer) || strings.HasPrefix(line, runpolicy.ExitTrailer) {
+		return s[:start]
 	}
 	return s
-}
-
-// lastLineHasPrefix reports whether the last line of s starts with prefix.
-func lastLineHasPrefix(s, prefix string) bool {
-	body := strings.TrimSuffix(s, "\n")
-	return strings.HasPrefix(body[strings.LastIndexByte(body, '\n')+1:], prefix)
 }
 
 func firstLine(s string) string {

@@ -245,23 +245,13 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	// error means deno is gone; its result says why.
 	_, _ = w.stdin.Write(line)
 	_ = w.stdin.Close()
-	early := false
-	select {
-	case <-w.done:
-	case <-outEnd.Done():
-		select {
-		case <-errEnd.Done():
-			early = true
-		case <-w.done:
-		}
-	}
+	end, early := runpolicy.WaitEnd(w.done, outEnd, errEnd)
 	duration := time.Since(start)
 	stopKill()
 	if early {
 		// The code is done and can write no more files: what is left
 		// is deno's teardown, which nobody needs to wait for.
 		_ = killGroup(pid)
-		end, _ := outEnd.End()
 		stdout.Close()
 		stderr.Close()
 		if req.OnOutDir != nil && ctx.Err() == nil {
@@ -287,9 +277,7 @@ func (r *Runner) runWarm(ctx context.Context, w *warmProc, claim runpolicy.Claim
 	res.TimedOut = killed.Load() && context.Cause(runCtx) == errRunTimeout
 	res.OutOfMemory = !killed.Load() && isOOM(state, tail.String())
 	// The end line may also have come just as deno exited.
-	_, outSeen := outEnd.End()
-	_, errSeen := errEnd.End()
-	r.logDone(w.id, res, stdout, stderr, "end_line", outSeen && errSeen)
+	r.logDone(w.id, res, stdout, stderr, "end_line", runpolicy.Ended(outEnd, errEnd))
 	if killed.Load() && !res.TimedOut {
 		return nil, fmt.Errorf("run canceled: %w", ctx.Err())
 	}

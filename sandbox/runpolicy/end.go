@@ -189,6 +189,31 @@ func (e *EndWriter) Flush() {
 	}
 }
 
+// WaitEnd waits until out and err (a run's two streams) have both seen
+// the end line, or done is closed first. It reports the end line and
+// whether both came.
+func WaitEnd(done <-chan struct{}, out, err *EndWriter) (End, bool) {
+	for _, w := range []*EndWriter{out, err} {
+		select {
+		case <-done:
+			return End{}, false
+		case <-w.Done():
+		}
+	}
+	return out.End()
+}
+
+// Ended reports whether out and err have both seen the end line (false
+// for nil writers: a cold run has none).
+func Ended(out, err *EndWriter) bool {
+	if out == nil || err == nil {
+		return false
+	}
+	_, o := out.End()
+	_, e := err.End()
+	return o && e
+}
+
 // Done is closed once the end line has been seen.
 func (e *EndWriter) Done() <-chan struct{} { return e.done }
 

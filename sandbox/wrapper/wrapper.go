@@ -173,10 +173,8 @@ func (w *wrapper) warm() (int, error) {
 	rd.end = func() (runpolicy.End, bool) {
 		outW.Flush()
 		errW.Flush()
-		if _, ok := errW.End(); !ok {
-			return runpolicy.End{}, false
-		}
-		return outW.End()
+		end, _ := outW.End()
+		return end, runpolicy.Ended(outW, errW)
 	}
 	return w.supervise(rd, cmd, 0, func(cmd *exec.Cmd, exited <-chan struct{}) (*exec.Cmd, time.Duration, error) {
 		defer inW.Close()
@@ -220,14 +218,9 @@ func (w *wrapper) warm() (int, error) {
 					outW.Watch(run.End)
 					errW.Watch(run.End)
 					go func() {
-						for _, d := range []<-chan struct{}{outW.Done(), errW.Done()} {
-							select {
-							case <-d:
-							case <-exited:
-								return
-							}
+						if _, ok := runpolicy.WaitEnd(exited, outW, errW); ok {
+							_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 						}
-						_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 					}()
 				}
 				if _, err := inW.Write(cl); err == nil {
